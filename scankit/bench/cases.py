@@ -1,0 +1,170 @@
+"""The one registry of scan ops, shapes, input builders, parity gates and byte models.
+
+Tests, the asv suites, ``scripts/bench_scans.py`` and the renderer all iterate this
+module; none keeps its own list of ops, shapes or tolerances.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .. import ops, reference
+from ..mixers import givens_matrix
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A named benchmark shape: batch B, length T, elementwise width D, matrix width d."""
+
+    name: str
+    B: int
+    T: int
+    D: int
+    d: int
+
+
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("lab", B=128, T=64, D=64, d=64),
+        Shape("longT", B=16, T=1024, D=64, d=64),
+        Shape("large", B=32, T=4096, D=1024, d=256),
+        Shape("vlong", B=1, T=65536, D=1024, d=256),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Pass when ``|x - ref| <= atol + rtol |ref|`` everywhere."""
+
+    atol: float
+    rtol: float
+
+    def passes(self, out: torch.Tensor, ref: torch.Tensor) -> bool:
+        out, ref = out.double(), ref.double()
+        ok = (out - ref).abs() <= self.atol + self.rtol * ref.abs()
+        return bool(ok.all()) and bool(torch.isfinite(out).all() == torch.isfinite(ref).all())
+
+
+AFFINE_FWD = Gate(1e-5, 0.0)
+LOG_FWD = Gate(1e-4, 1e-4)
+GRAD = Gate(1e-3, 0.0)
+MIXER_PARAM = Gate(1e-3, 1e-3)
+
+
+def _uniform(shape, lo, hi, gen, device, dtype=torch.float32):
+    return torch.empty(shape, device=device, dtype=dtype).uniform_(lo, hi, generator=gen)
+
+
+def _normal(shape, gen, device, dtype=torch.float32):
+    return torch.randn(shape, device=device, dtype=dtype, generator=gen)
+
+
+def _signs(shape, gen, device):
+    return torch.randint(0, 2, shape, device=device, generator=gen).float() * 2 - 1
+
+
+def _build_log(gen, device, B, T, D):
+    log_coeffs = _uniform((B, T, D), 0.9, 1.0, gen, device).log_()
+    log_values = _normal((B, T + 1, D), gen, device)
+    return log_coeffs, log_values
+
+
+def _build_linear(gen, device, B, T, D):
+    a = _uniform((B, T, D), 0.9, 1.0, gen, device) * _signs((B, T, D), gen, device)
+    return a, _normal((B, T, D), gen, device)
+
+
+def _build_matrix(gen, device, B, T, n):
+    theta = _uniform((B, T, n), -math.pi, math.pi, gen, device)
+    d = _uniform((B, T, n), 0.9, 1.0, gen, device)
+    c, s = torch.cos(theta), torch.sin(theta)
+    M = torch.stack([torch.stack([c, -s * d], -1), torch.stack([s, c * d], -1)], -2)
+    return M, _normal((B, T, n, 2), gen, device)
+
+
+def random_transitions(gen, device, B, T, n, k):
+    """Scaled orthogonal k x k blocks (scale in [0.9, 1]): decays near 1, never blowing up."""
+    scale = _uniform((B, T, n, 1, 1), 0.9, 1.0, gen, device)
+    if k == 1:
+        return scale * _signs((B, T, n, 1, 1), gen, device)
+    if k % 2 == 0:
+        angles = _uniform((B, T, n, 2, k // 2), -math.pi, math.pi, gen, device)
+        return scale * givens_matrix(angles, k)
+    q, _ = torch.linalg.qr(_normal((B, T, n, k, k), gen, device))
+    return scale * q
+
+
+def _build_affine(gen, device, B, T, n, k, v):
+    return random_transitions(gen, device, B, T, n, k), _normal((B, T, n, k, v), gen, device)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One scan op: its public and eager functions, inputs, gates and byte model."""
+
+    name: str
+    fn: Callable
+    eager: Callable
+    builder: Callable
+    dims_at: Callable[[Shape], dict]
+    fwd_gate: Gate
+    grad_gate: Gate = GRAD
+
+    def inputs(self, dims: dict, dtype=torch.float32, device="cpu", seed: int = 0, requires_grad=False):
+        """Seeded random inputs of this op at ``dims`` (see ``dims_at``)."""
+        gen = torch.Generator(device=device).manual_seed(seed)
+        xs = self.builder(gen, torch.device(device), **dims)
+        return tuple(x.to(dtype).requires_grad_(requires_grad) for x in xs)
+
+    def shape_inputs(self, shape: str, **kwargs):
+        return self.inputs(self.dims_at(SHAPES[shape]), **kwargs)
+
+
+def bytes_moved(inputs, outputs, direction: str) -> int:
+    """Fewest bytes: fwd reads each input and writes each output once; fwd+bwd also
+    reads grad-out, inputs and outputs and writes one grad per input."""
+    size = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
+    fwd = size(inputs) + size(outputs)
+    if direction == "fwd":
+        return fwd
+    if direction == "fwdbwd":
+        return fwd + size(outputs) + size(inputs) + size(outputs) + size(inputs)
+    raise ValueError(f"direction must be 'fwd' or 'fwdbwd'; got {direction!r}")
+
+
+OPS = {
+    op.name: op
+    for op in (
+        OpSpec("parallel_scan_log", ops.parallel_scan_log, reference.parallel_scan_log, _build_log,
+               lambda s: dict(B=s.B, T=s.T, D=s.D), LOG_FWD),
+        OpSpec("linear_scan", ops.linear_scan, reference.linear_scan, _build_linear,
+               lambda s: dict(B=s.B, T=s.T, D=s.D), AFFINE_FWD),
+        OpSpec("matrix_scan", ops.matrix_scan, reference.matrix_scan, _build_matrix,
+               lambda s: dict(B=s.B, T=s.T, n=s.d // 2), AFFINE_FWD),
+        OpSpec("matrix_affine_scan", ops.matrix_affine_scan, reference.matrix_affine_scan, _build_affine,
+               lambda s: dict(B=s.B, T=s.T, n=s.d // 8, k=8, v=1), AFFINE_FWD),
+    )
+}
+
+# The parity grid of the earlier system (REFERENCE.md): 290 op cases, fwd + grad each.
+CHECK_T = (1, 13, 64, 128, 1024)
+CHECK_B = (2, 128)
+KERNEL_KV = (1, 2, 4, 8, 16)
+
+
+def check_dims():
+    """Yield (op name, dims) for every op case of the parity grid."""
+    for T in CHECK_T:
+        for B in CHECK_B:
+            yield "parallel_scan_log", dict(B=B, T=T, D=64)
+            yield "linear_scan", dict(B=B, T=T, D=64)
+            yield "matrix_scan", dict(B=B, T=T, n=4)
+            for k in KERNEL_KV:
+                for v in KERNEL_KV:
+                    yield "matrix_affine_scan", dict(B=B, T=T, n=1, k=k, v=v)
+            yield "matrix_affine_scan", dict(B=B, T=T, n=3, k=8, v=4)

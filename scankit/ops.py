@@ -1,0 +1,134 @@
+"""Public scan ops: validate the inputs, then dispatch to the eager reference or the kernel."""
+from __future__ import annotations
+
+import torch
+
+from . import dispatch, reference
+
+FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{tuple(x.shape)} {x.dtype} on {x.device}"
+    return type(x).__name__
+
+
+def _check_tensor(name: str, x, ndim: int, layout: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {layout}; got {_describe(x)}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float64/float32/bfloat16/float16; got {x.dtype}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {layout}; got shape {tuple(x.shape)}")
+
+
+def _check_same(first: str, x: torch.Tensor, name: str, y: torch.Tensor) -> None:
+    if y.dtype != x.dtype:
+        raise TypeError(f"{name} must have the dtype of {first} ({x.dtype}); got {y.dtype}")
+    if y.device != x.device:
+        raise ValueError(f"{name} must be on the device of {first} ({x.device}); got {y.device}")
+
+
+def _check_shape(name: str, x: torch.Tensor, expected: tuple, layout: str) -> None:
+    if tuple(x.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {layout} = {tuple(expected)}; got {tuple(x.shape)}")
+
+
+def _check_time(name: str, x: torch.Tensor) -> None:
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"{name} needs B >= 1 and T >= 1 (dims 0 and 1); got shape {tuple(x.shape)}")
+
+
+def _check_h0(h0, ref: torch.Tensor, ref_name: str, expected: tuple, layout: str) -> None:
+    if h0 is None:
+        return
+    _check_tensor("h0", h0, len(expected), layout)
+    _check_same(ref_name, ref, "h0", h0)
+    _check_shape("h0", h0, expected, layout)
+
+
+def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """Positive scalar recurrence in log space.
+
+    log_coeffs (B,T,D) = log a_t; log_values (B,T+1,D): slot 0 = log h_0, slots 1..T =
+    log b_t. Returns h_1..h_T (B,T,D) of ``h_t = a_t h_{t-1} + b_t``.
+    """
+    _check_tensor("log_coeffs", log_coeffs, 3, "(B, T, D)")
+    _check_time("log_coeffs", log_coeffs)
+    _check_tensor("log_values", log_values, 3, "(B, T+1, D)")
+    _check_same("log_coeffs", log_coeffs, "log_values", log_values)
+    B, T, D = log_coeffs.shape
+    _check_shape("log_values", log_values, (B, T + 1, D), "(B, T+1, D), slot 0 = log h_0")
+    return dispatch.run(
+        "parallel_scan_log",
+        log_coeffs.device,
+        lambda: reference.parallel_scan_log(log_coeffs, log_values),
+        lambda k: k.parallel_scan_log(log_coeffs, log_values),
+    )
+
+
+def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True):
+    """Elementwise affine scan ``h_t = a_t h_{t-1} + b_t`` over a, b (B,T,D).
+
+    Returns ``(A, Bc)``: the running product of a and the solution from h_0 = 0 (so
+    ``h = A * h0 + Bc``); with ``return_prefix=False`` only the states h (B,T,D) from
+    ``h0`` (B,D) (zeros when None).
+    """
+    _check_tensor("a", a, 3, "(B, T, D)")
+    _check_time("a", a)
+    _check_tensor("b", b, 3, "(B, T, D)")
+    _check_same("a", a, "b", b)
+    _check_shape("b", b, a.shape, "(B, T, D) like a")
+    _check_h0(h0, a, "a", (a.shape[0], a.shape[2]), "(B, D)")
+    return dispatch.run(
+        "linear_scan",
+        a.device,
+        lambda: reference.linear_scan(a, b, h0=h0, return_prefix=return_prefix),
+        lambda k: k.linear_scan(a, b, h0=h0, return_prefix=return_prefix),
+    )
+
+
+def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True):
+    """2 x 2 block affine scan: M (B,T,n,2,2), b (B,T,n,2).
+
+    Returns ``(A, Bc)`` of shapes (B,T,n,2,2), (B,T,n,2); with ``return_prefix=False``
+    only h (B,T,n,2) from ``h0`` (B,n,2).
+    """
+    _check_tensor("M", M, 5, "(B, T, n, 2, 2)")
+    _check_time("M", M)
+    if M.shape[-2:] != (2, 2):
+        raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
+    _check_tensor("b", b, 4, "(B, T, n, 2)")
+    _check_same("M", M, "b", b)
+    _check_shape("b", b, M.shape[:3] + (2,), "(B, T, n, 2)")
+    _check_h0(h0, M, "M", (M.shape[0], M.shape[2], 2), "(B, n, 2)")
+    return dispatch.run(
+        "matrix_scan",
+        M.device,
+        lambda: reference.matrix_scan(M, b, h0=h0, return_prefix=return_prefix),
+        lambda k: k.matrix_scan(M, b, h0=h0, return_prefix=return_prefix),
+    )
+
+
+def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True):
+    """k x k block affine scan: A (B,T,n,k,k), B (B,T,n,k,v).
+
+    Returns ``(Abar, Bbar)`` with ``Abar_t = A_t Abar_{t-1}``, ``Bbar_t = A_t Bbar_{t-1} + B_t``;
+    with ``return_prefix=False`` only h (B,T,n,k,v) from ``h0`` (B,n,k,v).
+    """
+    _check_tensor("A", A, 5, "(B, T, n, k, k)")
+    _check_time("A", A)
+    if A.shape[-1] != A.shape[-2] or A.shape[-1] < 1:
+        raise ValueError(f"A must have square blocks (B, T, n, k, k); got {tuple(A.shape)}")
+    _check_tensor("B", B, 5, "(B, T, n, k, v)")
+    _check_same("A", A, "B", B)
+    if tuple(B.shape[:4]) != tuple(A.shape[:4]) or B.shape[4] < 1:
+        raise ValueError(f"B must have shape (B, T, n, k, v) = {tuple(A.shape[:4])} + (v,); got {tuple(B.shape)}")
+    _check_h0(h0, A, "A", (A.shape[0], A.shape[2], A.shape[3], B.shape[4]), "(B, n, k, v)")
+    return dispatch.run(
+        "matrix_affine_scan",
+        A.device,
+        lambda: reference.matrix_affine_scan(A, B, h0=h0, return_prefix=return_prefix),
+        lambda k: k.matrix_affine_scan(A, B, h0=h0, return_prefix=return_prefix),
+    )

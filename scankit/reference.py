@@ -1,0 +1,85 @@
+"""Eager pure-PyTorch references of the four scan ops (the "eager" implementation).
+
+Every op solves the first-order affine recurrence ``h_t = A_t h_{t-1} + B_t`` along
+dim 1. The log op uses Heinsen's log-space formulation; the three affine ops use
+Hillis-Steele doubling over the associative composition
+``(A1, B1) then (A2, B2) = (A2 A1, A2 B1 + B2)``. Half-precision inputs are computed in
+float32 and returned in their own dtype. Inputs are assumed validated (see ``ops``).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _accumulate_in_fp32(fn):
+    """Run ``fn`` on float32 copies of half-precision tensors; cast outputs back."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        dtype = tensors[0].dtype
+        if dtype not in _HALF:
+            return fn(*args, **kwargs)
+        up = lambda x: x.float() if isinstance(x, torch.Tensor) else x  # noqa: E731
+        out = fn(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
+        if isinstance(out, tuple):
+            return tuple(o.to(dtype) for o in out)
+        return out.to(dtype)
+
+    return wrapper
+
+
+@_accumulate_in_fp32
+def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """h_1..h_T of ``h_t = exp(log_coeffs_t) h_{t-1} + exp(log_values_t)``, h_0 = exp(log_values_0)."""
+    a_star = F.pad(torch.cumsum(log_coeffs, dim=1), (0, 0, 1, 0))
+    log_h = a_star + torch.logcumsumexp(log_values - a_star, dim=1)
+    return torch.exp(log_h)[:, 1:]
+
+
+def _doubling(A: torch.Tensor, B: torch.Tensor, mul):
+    """Inclusive Hillis-Steele scan of affine maps along dim 1; ``mul`` composes."""
+    T = A.shape[1]
+    offset = 1
+    while offset < T:
+        A_new = mul(A[:, offset:], A[:, :-offset])
+        B_new = mul(A[:, offset:], B[:, :-offset]) + B[:, offset:]
+        A = torch.cat([A[:, :offset], A_new], dim=1)
+        B = torch.cat([B[:, :offset], B_new], dim=1)
+        offset *= 2
+    return A, B
+
+
+def _finish(Abar, Bbar, h0, return_prefix, apply):
+    """Return the prefix pair, or only the states ``h_t = Abar_t h0 + Bbar_t``."""
+    if return_prefix:
+        return Abar, Bbar
+    return Bbar if h0 is None else apply(Abar, h0.unsqueeze(1)) + Bbar
+
+
+@_accumulate_in_fp32
+def linear_scan(a, b, *, h0=None, return_prefix=True):
+    """Elementwise affine scan: A_t = a_1...a_t, Bc_t = a_t Bc_{t-1} + b_t (Bc_0 = 0)."""
+    A, Bc = _doubling(a, b, torch.mul)
+    return _finish(A, Bc, h0, return_prefix, torch.mul)
+
+
+@_accumulate_in_fp32
+def matrix_affine_scan(A, Bm, *, h0=None, return_prefix=True):
+    """Blockwise affine scan with k x k transitions A (B,T,n,k,k) and inputs Bm (B,T,n,k,v)."""
+    Abar, Bbar = _doubling(A, Bm, torch.matmul)
+    return _finish(Abar, Bbar, h0, return_prefix, torch.matmul)
+
+
+def matrix_scan(M, b, *, h0=None, return_prefix=True):
+    """2 x 2 block scan: M (B,T,n,2,2), b (B,T,n,2); ``matrix_affine_scan`` with v = 1."""
+    h0v = None if h0 is None else h0.unsqueeze(-1)
+    out = matrix_affine_scan(M, b.unsqueeze(-1), h0=h0v, return_prefix=return_prefix)
+    if return_prefix:
+        return out[0], out[1].squeeze(-1)
+    return out.squeeze(-1)

@@ -1,0 +1,26 @@
+"""Test setup: kernels run through Triton's interpreter when there is no GPU."""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede any triton import
+
+
+@pytest.fixture
+def scan_mode(monkeypatch):
+    """Set MINGRU_SCAN for one test: ``scan_mode("eager")``."""
+
+    def set_mode(mode):
+        monkeypatch.setenv("MINGRU_SCAN", mode)
+
+    return set_mode
+
+
+@pytest.fixture
+def seed(request):
+    """A fresh seed per test run, printed on failure so a case can be replayed."""
+    value = int.from_bytes(os.urandom(4), "little")
+    print(f"seed={value}")
+    return value

@@ -1,0 +1,61 @@
+"""Independent float64 oracles: plain sequential loops over time, no scan tricks."""
+import torch
+
+
+def affine_loop(A, B, h0=None, elementwise=False):
+    """Prefix (Abar, Bbar) and states h of h_t = A_t h_{t-1} + B_t, in float64.
+
+    Elementwise: A, B (batch, T, ...) multiply elementwise. Matrix: A (..., k, k),
+    B (..., k, v) multiply as matrices.
+    """
+    A, B = A.double(), B.double()
+    T = A.shape[1]
+    if elementwise:
+        Abar = torch.ones_like(A[:, 0])
+    else:
+        Abar = torch.eye(A.shape[-1], dtype=torch.float64).expand_as(A[:, 0]).clone()
+    Bbar = torch.zeros_like(B[:, 0])
+    h = torch.zeros_like(B[:, 0]) if h0 is None else h0.double().clone()
+    As, Bs, hs = [], [], []
+    for t in range(T):
+        if elementwise:
+            Abar, Bbar, h = A[:, t] * Abar, A[:, t] * Bbar + B[:, t], A[:, t] * h + B[:, t]
+        else:
+            Abar, Bbar, h = A[:, t] @ Abar, A[:, t] @ Bbar + B[:, t], A[:, t] @ h + B[:, t]
+        As.append(Abar), Bs.append(Bbar), hs.append(h)
+    return torch.stack(As, 1), torch.stack(Bs, 1), torch.stack(hs, 1)
+
+
+def log_loop(log_coeffs, log_values):
+    """h_1..h_T of h_t = exp(lc_t) h_{t-1} + exp(lv_t), h_0 = exp(lv_0), in float64."""
+    a, b = log_coeffs.double().exp(), log_values.double().exp()
+    h, hs = b[:, 0], []
+    for t in range(a.shape[1]):
+        h = a[:, t] * h + b[:, t + 1]
+        hs.append(h)
+    return torch.stack(hs, 1)
+
+
+def oracle(op_name, inputs, h0=None):
+    """The oracle's outputs for a registry op, as the op returns them (prefix form)."""
+    if op_name == "parallel_scan_log":
+        return log_loop(*inputs)
+    if op_name == "linear_scan":
+        A, Bc, _ = affine_loop(*inputs, elementwise=True)
+        return A, Bc
+    if op_name == "matrix_scan":
+        M, b = inputs
+        A, Bc, _ = affine_loop(M, b.unsqueeze(-1))
+        return A, Bc.squeeze(-1)
+    A, Bc, _ = affine_loop(*inputs)
+    return A, Bc
+
+
+def states(op_name, inputs, h0):
+    """The oracle's states h from h0 (zeros when None) for the three affine ops."""
+    if op_name == "linear_scan":
+        return affine_loop(*inputs, h0=h0, elementwise=True)[2]
+    if op_name == "matrix_scan":
+        M, b = inputs
+        return affine_loop(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1))[2].squeeze(-1)
+    return affine_loop(*inputs, h0=h0)[2]
