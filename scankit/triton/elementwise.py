@@ -1,0 +1,314 @@
+"""Triton kernels for the elementwise recurrences (``linear_scan``, ``parallel_scan_log``).
+
+Layout (B, T, D), D contiguous. One program owns (batch, T-chunk, D-tile); it walks its
+chunk in (BLOCK_T, BLOCK_D) tiles, scanning each tile in registers with
+``tl.associative_scan`` and carrying the last row to the next tile. Every tensor is read
+once and written once. The backward is the same recurrence on reversed time:
+``g^_t = g_t + a_{t+1} g^_{t+1}``, ``db_t = g^_t``, ``da_t = g^_t h_{t-1}``.
+
+When (batch x D-tiles) programs cannot fill the GPU, T is split into chunks: a summary
+pass reduces each chunk to (product of a, state from zero), a small scan over the chunk
+summaries gives each chunk its carry-in, and the main pass runs every chunk in parallel.
+The log op runs the same recurrence in linear space (fp32): ``a = exp(log_coeffs)``,
+``b = exp(log_values)``, and its grads are chained through the exps.
+"""
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from .common import num_chunks, tiles
+
+
+@triton.jit
+def _combine(a1, b1, a2, b2):
+    """(a1, b1) then (a2, b2): x -> a2 (a1 x + b1) + b2."""
+    return a1 * a2, a2 * b1 + b2
+
+
+@triton.jit
+def _last_row(x, BLOCK_T: tl.constexpr):
+    rows = tl.arange(0, BLOCK_T)
+    return tl.sum(tl.where(rows[:, None] == BLOCK_T - 1, x, 0.0), axis=0)
+
+
+@triton.jit
+def _fwd_kernel(
+    a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_h_ptr, out_a_ptr, out_h_ptr,
+    T, D, NC, CHUNK,
+    sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr,
+    WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bi, ci = pid // NC, pid % NC
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    t_lo = ci * CHUNK  # this chunk: rows t_lo .. t_lo + CHUNK - 1 that are < T
+    side = bi * NC * D + ci * D + d  # (B, NC, D) summary / carry slot
+
+    prod = tl.full((BLOCK_D,), 1.0, tl.float32)
+    h = tl.zeros((BLOCK_D,), tl.float32)
+    if not SUMMARY:
+        if HAS_CARRY:
+            h = tl.load(carry_h_ptr + side, mask=dmask, other=0.0)
+            if WRITE_A:
+                prod = tl.load(carry_a_ptr + side, mask=dmask, other=1.0)
+        elif LOG:
+            h = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32))
+        elif HAS_H0:
+            h = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=dmask, other=0.0).to(tl.float32)
+
+    out_base = bi * T * D + d[None, :]
+    for j in range(0, CHUNK // BLOCK_T):
+        rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
+        mask = (rows < T)[:, None] & dmask[None, :]
+        a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+        if LOG:  # b_t sits in slot t + 1 of log_values
+            b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
+            a = tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
+            b = tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
+        else:
+            b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
+            a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
+            b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        a_run, b_run = tl.associative_scan((a, b), 0, _combine)
+        hs = a_run * h[None, :] + b_run
+        if not SUMMARY:
+            out_off = out_base + rows[:, None] * D
+            tl.store(out_h_ptr + out_off, hs.to(out_h_ptr.dtype.element_ty), mask=mask)
+            if WRITE_A:
+                tl.store(out_a_ptr + out_off, (a_run * prod[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
+        h = _last_row(hs, BLOCK_T)
+        prod = prod * _last_row(a_run, BLOCK_T)
+    if SUMMARY:
+        tl.store(out_a_ptr + side, prod, mask=dmask)
+        tl.store(out_h_ptr + side, h, mask=dmask)
+
+
+@triton.jit
+def _bwd_kernel(
+    a_ptr, b_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, carry_h_ptr, carry_a_ptr,
+    da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
+    T, D, NC, CHUNK,
+    sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr,
+    SUMMARY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bi, ci = pid // NC, pid % NC
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    t_lo = ci * CHUNK
+    side = bi * NC * D + ci * D + d
+
+    g = tl.zeros((BLOCK_D,), tl.float32)   # g^ at the row after the current tile
+    ga = tl.zeros((BLOCK_D,), tl.float32)
+    prod = tl.full((BLOCK_D,), 1.0, tl.float32)
+    if HAS_CARRY:
+        g = tl.load(carry_h_ptr + side, mask=dmask, other=0.0)
+        if HAS_GA:
+            ga = tl.load(carry_a_ptr + side, mask=dmask, other=0.0)
+    if LOG:
+        h0 = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32))
+    elif HAS_H0:
+        h0 = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=dmask, other=0.0).to(tl.float32)
+    else:
+        h0 = tl.zeros((BLOCK_D,), tl.float32)
+
+    base = bi * T * D + d[None, :]
+    for j in range(0, CHUNK // BLOCK_T):
+        rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
+        valid = rows < T
+        mask = valid[:, None] & dmask[None, :]
+        nxt = (rows + 1 < T)[:, None] & mask
+        c_off = bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d
+        if LOG:
+            c = tl.exp(tl.load(a_ptr + c_off, mask=nxt, other=float("-inf")).to(tl.float32))
+        else:
+            c = tl.load(a_ptr + c_off, mask=nxt, other=0.0).to(tl.float32)
+        c = tl.where(valid[:, None], c, 1.0)
+        off = base + rows[:, None] * D
+        u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        c_run, u_run = tl.associative_scan((c, u), 0, _combine)
+        ghat = c_run * g[None, :] + u_run
+        g = _last_row(ghat, BLOCK_T)
+        if HAS_GA:
+            ua = tl.load(ga_ptr + off, mask=mask, other=0.0).to(tl.float32)
+            _, ua_run = tl.associative_scan((c, ua), 0, _combine)
+            gahat = c_run * ga[None, :] + ua_run
+            ga = _last_row(gahat, BLOCK_T)
+        if SUMMARY:
+            prod = prod * _last_row(c_run, BLOCK_T)
+        else:
+            first = rows == 0
+            prev = tl.load(hout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=0.0).to(tl.float32)
+            prev = tl.where(first[:, None], h0[None, :], prev)
+            da = ghat * prev
+            if HAS_GA:
+                aprev = tl.load(aout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=1.0).to(tl.float32)
+                da += gahat * tl.where(first[:, None], 1.0, aprev)
+            a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+            if LOG:  # d/dlog a = a * d/da ; d/dlog b = b * d/db (b = exp(log_values[t + 1]))
+                da *= tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
+                b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
+                db = ghat * tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
+                tl.store(db_ptr + off + bi * D + D, db.to(db_ptr.dtype.element_ty), mask=mask)
+            else:
+                tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
+            tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
+    if SUMMARY:
+        tl.store(sum_p_ptr + side, prod, mask=dmask)
+        tl.store(carry_h_ptr + side, g, mask=dmask)
+        if HAS_GA:
+            tl.store(carry_a_ptr + side, ga, mask=dmask)
+    elif ci == 0:  # dL/dh_0 = a_1 g^_1 (log op: times h_0, into log_values[:, 0])
+        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        if LOG:
+            tl.store(db_ptr + bi * (T + 1) * D + d, (tl.exp(a0) * g * h0).to(db_ptr.dtype.element_ty), mask=dmask)
+        elif HAS_H0:
+            tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=dmask)
+
+
+def _strides3(x):
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def _h0_strides(h0):
+    return (h0.stride(0), h0.stride(1)) if h0 is not None else (0, 0)
+
+
+def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
+    """States (and running products when ``write_a``) of the elementwise recurrence."""
+    B, T, D = a.shape
+    block_t, block_d = tiles(a.device)
+    nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device) if nc is None else nc
+    chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
+    nc = triton.cdiv(T, chunk)
+    out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
+    out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
+    carry_a = carry_h = None
+    if nc > 1:
+        carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, block_t, block_d)
+    grid = (B * nc, triton.cdiv(D, block_d))
+    wrap_triton(_fwd_kernel)[grid](
+        a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk,
+        *_strides3(a), *_strides3(b), *_h0_strides(h0),
+        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, WRITE_A=write_a, SUMMARY=False,
+        BLOCK_T=block_t, BLOCK_D=block_d,
+    )
+    return (out_a if write_a else None), out_h
+
+
+def _carries(a, b, h0, log, write_a, nc, chunk, block_t, block_d):
+    """Per-chunk carry-in (running product, state) from a summary pass and a scan over it."""
+    B, T, D = a.shape
+    sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
+    sum_h = torch.empty_like(sum_a)
+    wrap_triton(_fwd_kernel)[(B * nc, triton.cdiv(D, block_d))](
+        a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk,
+        *_strides3(a), *_strides3(b), *_h0_strides(h0),
+        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True,
+        BLOCK_T=block_t, BLOCK_D=block_d,
+    )
+    h_init = b[:, 0].float().exp() if log else (h0.float() if h0 is not None else torch.zeros_like(sum_h[:, 0]))
+    run_a, run_h = _forward(sum_a, sum_h, h_init, log=False, write_a=write_a, nc=1)
+    carry_h = torch.cat([h_init.unsqueeze(1), run_h[:, :-1]], dim=1)
+    carry_a = torch.cat([torch.ones_like(sum_a[:, :1]), run_a[:, :-1]], dim=1) if write_a else None
+    return carry_a, carry_h
+
+
+def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
+    """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs."""
+    B, T, D = a.shape
+    block_t, block_d = tiles(a.device)
+    nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device)
+    chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
+    nc = triton.cdiv(T, chunk)
+    gh = gh.contiguous()
+    ga = ga.contiguous() if ga is not None else None
+    da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
+    db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
+    dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
+    grid = (B * nc, triton.cdiv(D, block_d))
+    common = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d)
+    strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
+    carry_h = carry_a = None
+    if nc > 1:
+        sum_p = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
+        sum_h, sum_a = torch.empty_like(sum_p), (torch.empty_like(sum_p) if ga is not None else None)
+        wrap_triton(_bwd_kernel)[grid](
+            a, b, h0, gh, ga, hout, aout, sum_h, sum_a, None, None, None, sum_p,
+            T, D, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, **common,
+        )
+        carry_h = _reverse_carry(sum_p, sum_h)
+        carry_a = _reverse_carry(sum_p, sum_a) if ga is not None else None
+    wrap_triton(_bwd_kernel)[grid](
+        a, b, h0, gh, ga, hout, aout, carry_h, carry_a, da, db, dh0, None,
+        T, D, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, **common,
+    )
+    return da, db, dh0
+
+
+def _reverse_carry(prod, state):
+    """Carry-in of each chunk for a reverse-time recurrence, from chunk summaries."""
+    _, run = _forward(prod.flip(1), state.flip(1), None, log=False, write_a=False, nc=1)
+    return torch.cat([torch.zeros_like(run[:, :1]), run[:, :-1]], dim=1).flip(1).contiguous()
+
+
+@triton_op("scankit::linear_scan_fwd", mutates_args={})
+def linear_scan_fwd(a: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor], return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    prod, h = _forward(a, b, h0 if not return_prefix else None, log=False, write_a=return_prefix)
+    return (prod if prod is not None else h.new_empty(0)), h
+
+
+@triton_op("scankit::linear_scan_bwd", mutates_args={})
+def linear_scan_bwd(a: torch.Tensor, h0: Optional[torch.Tensor], prod: torch.Tensor, h: torch.Tensor,
+                    g_prod: Optional[torch.Tensor], g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    da, db, dh0 = _backward(a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None, log=False)
+    return da, db, (dh0 if dh0 is not None else a.new_empty(0))
+
+
+def _linear_setup(ctx, inputs, output):
+    a, b, h0, return_prefix = inputs
+    ctx.return_prefix = return_prefix
+    ctx.has_h0 = h0 is not None and not return_prefix
+    ctx.save_for_backward(a, h0 if ctx.has_h0 else None, *output)
+
+
+def _linear_backward(ctx, g_prod, g_h):
+    a, h0, prod, h = ctx.saved_tensors
+    if g_h is None:
+        g_h = torch.zeros_like(h)
+    g_prod = (g_prod if g_prod is not None else torch.zeros_like(prod)) if ctx.return_prefix else None
+    da, db, dh0 = linear_scan_bwd(a, h0, prod, h, g_prod, g_h)
+    return da, db, (dh0 if ctx.has_h0 else None), None
+
+
+linear_scan_fwd.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+@triton_op("scankit::log_scan_fwd", mutates_args={})
+def log_scan_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    return _forward(log_coeffs, log_values, None, log=True, write_a=False)[1]
+
+
+@triton_op("scankit::log_scan_bwd", mutates_args={})
+def log_scan_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, h: torch.Tensor, g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    d_coeffs, d_values, _ = _backward(log_coeffs, log_values, None, g_h, None, h, None, log=True)
+    return d_coeffs, d_values
+
+
+def _log_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs, output)
+
+
+def _log_backward(ctx, g_h):
+    log_coeffs, log_values, h = ctx.saved_tensors
+    return log_scan_bwd(log_coeffs, log_values, h, g_h)
+
+
+log_scan_fwd.register_autograd(_log_backward, setup_context=_log_setup)
