@@ -17,7 +17,7 @@ $(STAMP): setup.cfg pyproject.toml requirements-test.txt
 
 ## test: CPU test suite; Triton kernels run through TRITON_INTERPRET=1
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(PY) -m pytest -q tests
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

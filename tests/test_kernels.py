@@ -1,0 +1,207 @@
+"""Triton kernels against the float64 oracles (CPU: through TRITON_INTERPRET=1).
+
+Every test counts kernel launches, so an eager fallback cannot pass as a kernel.
+"""
+import contextlib
+import math
+
+import pytest
+import torch
+
+import scankit
+from scankit.bench.cases import KERNEL_KV, OPS
+from oracles import oracle, states
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+gpu = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """MINGRU_SCAN=triton, and a list that records every Triton kernel launch."""
+    from torch.library import wrap_triton
+
+    from scankit.triton import affine, elementwise
+
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    seen = []
+
+    def counting(kernel):
+        launcher = wrap_triton(kernel)
+
+        class Counted:
+            def __getitem__(self, grid):
+                seen.append(kernel.fn.__name__)
+                return launcher[grid]
+
+        return Counted()
+
+    for module in (affine, elementwise):
+        monkeypatch.setattr(module, "wrap_triton", counting)
+    return seen
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def check(op_name, xs, atol, rtol, grad_atol, grad_rtol=0.0, launches=None):
+    """Forward and input grads (random cotangents) against the float64 oracle."""
+    xs = [x.detach().requires_grad_(True) for x in xs]
+    ref_in = [x.detach().double().cpu().requires_grad_(True) for x in xs]
+    out = as_tuple(OPS[op_name].fn(*xs))
+    ref = as_tuple(oracle(op_name, ref_in))
+    assert launches, "no Triton kernel was launched"
+    weights = [torch.randn(r.shape, dtype=torch.float64) for r in ref]
+    for o, r in zip(out, ref):
+        assert o.dtype == xs[0].dtype and o.device == xs[0].device
+        torch.testing.assert_close(o.detach().cpu().double(), r.detach(), atol=atol, rtol=rtol)
+    grads = torch.autograd.grad(sum((o * w.to(o)).sum() for o, w in zip(out, weights)), xs)
+    ref_grads = torch.autograd.grad(sum((r * w).sum() for r, w in zip(ref, weights)), ref_in)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g.cpu().double(), r, atol=grad_atol, rtol=grad_rtol)
+
+
+DIMS = {
+    "parallel_scan_log": [dict(B=2, D=5), dict(B=3, D=130)],
+    "linear_scan": [dict(B=2, D=5), dict(B=3, D=130)],
+    "matrix_scan": [dict(B=2, n=3), dict(B=1, n=9)],
+}
+
+
+@pytest.mark.parametrize("T", [1, 13, 40])
+@pytest.mark.parametrize("case", [(op, i) for op in DIMS for i in range(2)], ids=str)
+def test_elementwise_and_matrix_ops(case, T, seed, launches):
+    op_name, i = case
+    xs = OPS[op_name].inputs(dict(DIMS[op_name][i], T=T), device=DEVICE, seed=seed)
+    check(op_name, xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+
+
+@pytest.mark.parametrize("T", [1, 13, 40])
+@pytest.mark.parametrize("v", KERNEL_KV)
+@pytest.mark.parametrize("k", KERNEL_KV)
+def test_matrix_affine_envelope(k, v, T, seed, launches):
+    xs = OPS["matrix_affine_scan"].inputs(dict(B=2, T=T, n=3 if k < 16 else 1, k=k, v=v), device=DEVICE, seed=seed)
+    check("matrix_affine_scan", xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+
+
+@pytest.mark.parametrize("op_name,dims", [("linear_scan", dict(B=2, D=7)), ("matrix_scan", dict(B=2, n=3)),
+                                          ("matrix_affine_scan", dict(B=2, n=2, k=4, v=2))])
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_state_only_form_with_h0(op_name, dims, with_h0, seed, launches):
+    op = OPS[op_name]
+    xs = [x.requires_grad_() for x in op.inputs(dict(dims, T=40), device=DEVICE, seed=seed)]
+    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
+    h0 = h0_ref = None
+    if with_h0:
+        h0 = torch.randn(as_tuple(oracle(op_name, ref_in))[1][:, 0].shape, device=DEVICE).requires_grad_()
+        h0_ref = h0.detach().double().cpu().requires_grad_()
+    h = op.fn(*xs, h0=h0, return_prefix=False)
+    h_ref = states(op_name, ref_in, h0_ref)
+    torch.testing.assert_close(h.detach().cpu().double(), h_ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(h_ref.shape, dtype=torch.float64)
+    leaves = xs + ([h0] if with_h0 else [])
+    ref_leaves = ref_in + ([h0_ref] if with_h0 else [])
+    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((h_ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    assert launches
+
+
+@pytest.mark.parametrize("op_name,dims", [("parallel_scan_log", dict(B=3, D=6)), ("linear_scan", dict(B=3, D=6)),
+                                          ("matrix_scan", dict(B=3, n=2)), ("matrix_affine_scan", dict(B=3, n=2, k=4, v=2))])
+def test_non_contiguous_inputs(op_name, dims, seed, launches):
+    """Inputs that are transposed views (batch and time swapped in memory)."""
+    xs = OPS[op_name].inputs(dict(dims, T=13), device=DEVICE, seed=seed)
+    views = [x.transpose(0, 1).contiguous().transpose(0, 1) for x in xs]
+    assert not any(v.is_contiguous() for v in views)
+    check(op_name, views, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+
+
+def test_log_op_extremes_stay_finite(seed, launches):
+    """log values from -80 to +20 and decays from 1e-6 to 1: finite and accurate."""
+    gen = torch.Generator().manual_seed(seed)
+    B, T, D = 2, 40, 6
+    log_coeffs = torch.empty(B, T, D).uniform_(math.log(1e-6), 0.0, generator=gen)
+    log_coeffs[:, ::7] = 0.0  # decay exactly 1
+    log_values = torch.empty(B, T + 1, D).uniform_(-80.0, 20.0, generator=gen)
+    log_values[:, :, 0] = -80.0
+    log_values[:, :, 1] = 20.0
+    xs = [log_coeffs.to(DEVICE), log_values.to(DEVICE)]
+    for x in xs:
+        x.requires_grad_()
+    h = scankit.parallel_scan_log(*xs)
+    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
+    ref = oracle("parallel_scan_log", ref_in)
+    assert torch.isfinite(h).all()
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=0, rtol=1e-5)
+    grads = torch.autograd.grad(h.sum(), xs)
+    ref_grads = torch.autograd.grad(ref.sum(), ref_in)
+    for g, r in zip(grads, ref_grads):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-6, rtol=1e-4)
+    assert launches
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 5e-3)] + ([(torch.bfloat16, 3e-2)] if DEVICE == "cuda" else []))
+@pytest.mark.parametrize("op_name,dims", [("parallel_scan_log", dict(B=2, D=5)), ("linear_scan", dict(B=2, D=5)),
+                                          ("matrix_scan", dict(B=2, n=3)), ("matrix_affine_scan", dict(B=2, n=2, k=8, v=2))])
+def test_half_precision(op_name, dims, dtype, tol, seed, launches):
+    """Half inputs accumulate in fp32 and come back in their dtype: error = output rounding."""
+    xs = OPS[op_name].inputs(dict(dims, T=40), device=DEVICE, dtype=dtype, seed=seed)
+    out, ref = as_tuple(OPS[op_name].fn(*xs)), as_tuple(oracle(op_name, [x.cpu() for x in xs]))
+    for o, r in zip(out, ref):
+        assert o.dtype == dtype
+        torch.testing.assert_close(o.cpu().double(), r, atol=tol, rtol=tol)
+    assert launches
+
+
+OUTSIDE = [
+    ("matrix_affine_scan", lambda: OPS["matrix_affine_scan"].inputs(dict(B=2, T=5, n=1, k=3, v=1), device=DEVICE)),
+    ("matrix_affine_scan", lambda: OPS["matrix_affine_scan"].inputs(dict(B=2, T=5, n=1, k=2, v=32), device=DEVICE)),
+    ("linear_scan", lambda: OPS["linear_scan"].inputs(dict(B=2, T=5, D=3), device=DEVICE, dtype=torch.float64)),
+]
+
+
+@pytest.mark.parametrize("op_name,make", OUTSIDE)
+def test_outside_envelope_triton_mode_raises(op_name, make, launches):
+    with pytest.raises(RuntimeError, match=f"MINGRU_SCAN=triton but the {op_name} kernel cannot run"):
+        OPS[op_name].fn(*make())
+    assert not launches
+
+
+@pytest.mark.parametrize("op_name,make", OUTSIDE)
+def test_outside_envelope_kernel_signals_fallback(op_name, make):
+    import scankit.triton as kernels
+
+    with pytest.raises(scankit.ScanFallback):
+        getattr(kernels, op_name)(*make())
+
+
+@gpu
+@pytest.mark.parametrize("op_name,make", OUTSIDE)
+def test_outside_envelope_auto_warns_once_and_runs_eager(op_name, make, monkeypatch):
+    from scankit import dispatch
+
+    monkeypatch.setenv("MINGRU_SCAN", "auto")
+    monkeypatch.setattr(dispatch, "_warned", set())
+    xs = make()
+    with pytest.warns(RuntimeWarning, match="falls back to the eager reference"):
+        out = OPS[op_name].fn(*xs)
+    for o, r in zip(as_tuple(out), as_tuple(oracle(op_name, [x.cpu() for x in xs]))):
+        torch.testing.assert_close(o.cpu().double(), r, atol=1e-5, rtol=1e-5)
+
+
+@gpu
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_torch_compile_fullgraph(op_name, launches):
+    op = OPS[op_name]
+    xs = [x.requires_grad_() for x in op.shape_inputs("lab", device="cuda")]
+
+    def loss(*args):
+        return sum(o.float().sum() for o in as_tuple(op.fn(*args)))
+
+    compiled = torch.compile(loss, fullgraph=True)
+    grads = torch.autograd.grad(compiled(*xs), xs)
+    ref_grads = torch.autograd.grad(loss(*xs), xs)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r)
