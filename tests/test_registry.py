@@ -18,6 +18,13 @@ def meta_outputs(op, xs):
 
 
 @pytest.mark.parametrize("op_name", list(OPS))
+def test_input_shapes_match_builders(op_name):
+    op = OPS[op_name]
+    dims = dict(op.dims_at(SHAPES["lab"]), B=2, T=5)
+    assert [tuple(x.shape) for x in op.inputs(dims)] == [tuple(s) for s in op.input_shapes(dims)]
+
+
+@pytest.mark.parametrize("op_name", list(OPS))
 def test_builders_are_seeded_and_fresh(op_name):
     op = OPS[op_name]
     dims = dict(op.dims_at(SHAPES["lab"]), B=2, T=5)
@@ -39,20 +46,10 @@ ANCHOR_FLOORS = {
 def test_byte_model_matches_anchor_floors(op_name):
     op = OPS[op_name]
     dims = op.dims_at(SHAPES["large"])
-    xs = [torch.empty(s, device="meta") for s in _input_shapes(op_name, dims)]
+    xs = [torch.empty(s, device="meta") for s in op.input_shapes(dims)]
     outs = meta_outputs(op, xs)
     for direction, floor_us in zip(("fwd", "fwdbwd"), ANCHOR_FLOORS[op_name]):
         assert bytes_moved(xs, outs, direction) / COPY_BW * 1e6 == pytest.approx(floor_us, rel=0.01)
-
-
-def _input_shapes(op_name, d):
-    if op_name == "parallel_scan_log":
-        return [(d["B"], d["T"], d["D"]), (d["B"], d["T"] + 1, d["D"])]
-    if op_name == "linear_scan":
-        return [(d["B"], d["T"], d["D"])] * 2
-    if op_name == "matrix_scan":
-        return [(d["B"], d["T"], d["n"], 2, 2), (d["B"], d["T"], d["n"], 2)]
-    return [(d["B"], d["T"], d["n"], d["k"], d["k"]), (d["B"], d["T"], d["n"], d["k"], d["v"])]
 
 
 def test_parity_grid_has_the_seed_size():

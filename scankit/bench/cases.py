@@ -11,8 +11,7 @@ from typing import Callable
 
 import torch
 
-from .. import ops, reference
-from ..mixers import givens_matrix
+from .. import mixers, ops, reference
 
 
 @dataclass(frozen=True)
@@ -39,14 +38,17 @@ SHAPES = {
 
 @dataclass(frozen=True)
 class Gate:
-    """Pass when ``|x - ref| <= atol + rtol |ref|`` everywhere."""
+    """Pass when ``|x - ref| <= atol + rtol |ref|`` everywhere (``scaled``: atol is
+    relative to max |ref|, for half precision where rounding scales with the values)."""
 
     atol: float
     rtol: float
+    scaled: bool = False
 
     def passes(self, out: torch.Tensor, ref: torch.Tensor) -> bool:
         out, ref = out.double(), ref.double()
-        ok = (out - ref).abs() <= self.atol + self.rtol * ref.abs()
+        atol = self.atol * (ref.abs().max().item() if self.scaled and ref.numel() else 1.0)
+        ok = (out - ref).abs() <= atol + self.rtol * ref.abs()
         return bool(ok.all()) and bool(torch.isfinite(out).all() == torch.isfinite(ref).all())
 
 
@@ -54,6 +56,9 @@ AFFINE_FWD = Gate(1e-5, 0.0)
 LOG_FWD = Gate(1e-4, 1e-4)
 GRAD = Gate(1e-3, 0.0)
 MIXER_PARAM = Gate(1e-3, 1e-3)
+# bfloat16 / float16 outputs carry a rounding of 2^-8 (bf16) of their magnitude
+HALF_FWD = Gate(1e-2, 1e-2, scaled=True)
+HALF_GRAD = Gate(3e-2, 3e-2, scaled=True)
 
 
 def _uniform(shape, lo, hi, gen, device, dtype=torch.float32):
@@ -94,7 +99,7 @@ def random_transitions(gen, device, B, T, n, k):
         return scale * _signs((B, T, n, 1, 1), gen, device)
     if k % 2 == 0:
         angles = _uniform((B, T, n, 2, k // 2), -math.pi, math.pi, gen, device)
-        return scale * givens_matrix(angles, k)
+        return scale * mixers.givens_matrix(angles, k)
     q, _ = torch.linalg.qr(_normal((B, T, n, k, k), gen, device))
     return scale * q
 
@@ -112,8 +117,14 @@ class OpSpec:
     eager: Callable
     builder: Callable
     dims_at: Callable[[Shape], dict]
+    input_shapes: Callable[[dict], list]
     fwd_gate: Gate
     grad_gate: Gate = GRAD
+
+    def gate_for(self, direction: str, dtype=torch.float32) -> Gate:
+        if dtype in (torch.bfloat16, torch.float16):
+            return HALF_FWD if direction == "fwd" else HALF_GRAD
+        return self.fwd_gate if direction == "fwd" else self.grad_gate
 
     def inputs(self, dims: dict, dtype=torch.float32, device="cpu", seed: int = 0, requires_grad=False):
         """Seeded random inputs of this op at ``dims`` (see ``dims_at``)."""
@@ -141,13 +152,18 @@ OPS = {
     op.name: op
     for op in (
         OpSpec("parallel_scan_log", ops.parallel_scan_log, reference.parallel_scan_log, _build_log,
-               lambda s: dict(B=s.B, T=s.T, D=s.D), LOG_FWD),
+               lambda s: dict(B=s.B, T=s.T, D=s.D),
+               lambda d: [(d["B"], d["T"], d["D"]), (d["B"], d["T"] + 1, d["D"])], LOG_FWD),
         OpSpec("linear_scan", ops.linear_scan, reference.linear_scan, _build_linear,
-               lambda s: dict(B=s.B, T=s.T, D=s.D), AFFINE_FWD),
+               lambda s: dict(B=s.B, T=s.T, D=s.D),
+               lambda d: [(d["B"], d["T"], d["D"])] * 2, AFFINE_FWD),
         OpSpec("matrix_scan", ops.matrix_scan, reference.matrix_scan, _build_matrix,
-               lambda s: dict(B=s.B, T=s.T, n=s.d // 2), AFFINE_FWD),
+               lambda s: dict(B=s.B, T=s.T, n=s.d // 2),
+               lambda d: [(d["B"], d["T"], d["n"], 2, 2), (d["B"], d["T"], d["n"], 2)], AFFINE_FWD),
         OpSpec("matrix_affine_scan", ops.matrix_affine_scan, reference.matrix_affine_scan, _build_affine,
-               lambda s: dict(B=s.B, T=s.T, n=s.d // 8, k=8, v=1), AFFINE_FWD),
+               lambda s: dict(B=s.B, T=s.T, n=s.d // 8, k=8, v=1),
+               lambda d: [(d["B"], d["T"], d["n"], d["k"], d["k"]), (d["B"], d["T"], d["n"], d["k"], d["v"])],
+               AFFINE_FWD),
     )
 }
 
@@ -168,3 +184,24 @@ def check_dims():
                 for v in KERNEL_KV:
                     yield "matrix_affine_scan", dict(B=B, T=T, n=1, k=k, v=v)
             yield "matrix_affine_scan", dict(B=B, T=T, n=3, k=8, v=4)
+
+
+# Mixer-level cases: (label, constructor) at the lab shape (B=128, T=64, d=64).
+MIXER_CASES = {
+    "GivensMinGRU(k=8,R=3)": lambda: mixers.GivensMinGRU(64, 64, block_size=8, rounds=3),
+    "GivensMinGRU(k=4,R=2,decay)": lambda: mixers.GivensMinGRU(64, 64, block_size=4, rounds=2, decay=True),
+    "GivensMinGRU(k=16,R=1)": lambda: mixers.GivensMinGRU(64, 64, block_size=16, rounds=1),
+    "RotationMinGRU": lambda: mixers.RotationMinGRU(64, 64),
+    "RotationMinGRU(snap,decay)": lambda: mixers.RotationMinGRU(64, 64, snap=(2, 3, 4, 6), decay=True),
+}
+MEMORY_MIXER = "GivensMinGRU(k=8,R=3)"
+
+
+def skip_reason(op_name: str, shape: str, impl: str):
+    """Why a benchmark cell is not measured (None when it is)."""
+    matrix = op_name in ("matrix_scan", "matrix_affine_scan")
+    if matrix and shape == "vlong" and impl != "triton":
+        return "eager doubling at T=65536 needs tens of GiB and minutes"
+    if matrix and shape != "lab" and impl == "torch_compile":
+        return "compiling the doubling reference at this T takes minutes"
+    return None

@@ -1,0 +1,223 @@
+"""Measuring on the GPU: timing, peak CUDA memory and parity, for any registry cell.
+
+Shared by ``scripts/bench_scans.py`` and the asv suites so both measure the same way.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+from functools import lru_cache
+
+import torch
+
+from .cases import OPS, SHAPES, check_dims
+
+IMPLS = ("triton", "eager", "torch_compile")
+DIRECTIONS = ("fwd", "fwdbwd")
+
+
+@contextlib.contextmanager
+def scan_mode(mode: str):
+    """Temporarily set MINGRU_SCAN."""
+    old = os.environ.get("MINGRU_SCAN")
+    os.environ["MINGRU_SCAN"] = mode
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["MINGRU_SCAN"]
+        else:
+            os.environ["MINGRU_SCAN"] = old
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+@lru_cache(maxsize=None)
+def _compiled(op_name: str):
+    return torch.compile(OPS[op_name].eager, dynamic=False)
+
+
+def implementation(op_name: str, impl: str):
+    """The callable that runs ``op_name`` the way ``impl`` names."""
+    op = OPS[op_name]
+    if impl == "triton":
+        def run(*xs):
+            with scan_mode("triton"):
+                return op.fn(*xs)
+        return run
+    if impl == "eager":
+        return op.eager
+    if impl == "torch_compile":
+        return _compiled(op_name)
+    raise ValueError(f"impl must be one of {IMPLS}; got {impl!r}")
+
+
+def workload(op_name: str, impl: str, direction: str, xs):
+    """A no-argument callable: forward under no_grad, or forward + sum + backward."""
+    fn = implementation(op_name, impl)
+    if direction == "fwd":
+        def run():
+            with torch.no_grad():
+                return fn(*xs)
+    elif direction == "fwdbwd":
+        def run():
+            loss = sum(o.float().sum() for o in as_tuple(fn(*xs)))
+            return torch.autograd.grad(loss, xs)
+    else:
+        raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
+    return run
+
+
+def inputs_for(op_name: str, shape: str, direction: str, device="cuda", dtype=torch.float32, seed=0):
+    return OPS[op_name].shape_inputs(shape, device=device, dtype=dtype, seed=seed,
+                                     requires_grad=direction == "fwdbwd")
+
+
+def median_us(fn, slow_ms: float = 100.0) -> float:
+    """Median GPU time of ``fn`` in microseconds (triton's do_bench; 3 timed calls when slow)."""
+    import triton.testing
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()  # warm-up: compile, autotune, allocator
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    if start.elapsed_time(end) < slow_ms:
+        return 1e3 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    samples = []
+    for _ in range(3):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end))
+    return 1e3 * statistics.median(samples)
+
+
+def peak_bytes(fn) -> int:
+    """Peak CUDA memory that one call of ``fn`` allocates beyond what was live before it."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    del out
+    return torch.cuda.max_memory_allocated() - base
+
+
+def copy_bandwidth(n_bytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + written), measured now."""
+    x = torch.empty(n_bytes // 4, device="cuda", dtype=torch.float32).uniform_()
+    y = torch.empty_like(x)
+    us = median_us(lambda: y.copy_(x))
+    return 2 * n_bytes / (us * 1e-6)
+
+
+def meta_inputs_outputs(op_name: str, shape: str):
+    """(inputs, outputs) of a registry cell as meta tensors, for the byte model."""
+    op = OPS[op_name]
+    metas = [torch.empty(s, device="meta") for s in op.input_shapes(op.dims_at(SHAPES[shape]))]
+    with torch.device("meta"):
+        outs = as_tuple(op.eager(*metas))
+    return metas, outs
+
+
+# ---------------------------------------------------------------- parity
+
+def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    diff = (out.double() - ref).abs()
+    scale = ref.abs().max().item()
+    worst = diff.max().item() if diff.numel() else 0.0
+    return worst, (worst / scale if scale > 0 else worst)
+
+
+def parity_case(op_name: str, dims: dict, device="cuda", dtype=torch.float32, seed=0):
+    """Kernel vs the eager reference evaluated in float64 on the same inputs: two rows,
+    forward (all outputs) and grad (all inputs, random cotangents)."""
+    op = OPS[op_name]
+    xs = [x.requires_grad_() for x in op.inputs(dims, device=device, dtype=dtype, seed=seed)]
+    ref_in = [x.detach().double().requires_grad_() for x in xs]
+    with scan_mode("triton"):
+        out = as_tuple(op.fn(*xs))
+    with scan_mode("eager"):
+        ref = as_tuple(op.eager(*ref_in))
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    weights = [torch.randn(r.shape, device=device, dtype=torch.float64, generator=gen) for r in ref]
+    grads = torch.autograd.grad(sum((o.float() * w.float()).sum() for o, w in zip(out, weights)), xs)
+    ref_grads = torch.autograd.grad(sum((r * w).sum() for r, w in zip(ref, weights)), ref_in)
+    rows = []
+    for direction, outs, refs in (("fwd", out, ref), ("grad", grads, ref_grads)):
+        gate = op.gate_for(direction, dtype)
+        errs = [_errors(o.detach(), r.detach()) for o, r in zip(outs, refs)]
+        rows.append(dict(
+            op=op_name, shape=",".join(f"{k}={v}" for k, v in dims.items()), dtype=str(dtype).replace("torch.", ""),
+            direction=direction, gate_atol=gate.atol, gate_rtol=gate.rtol,
+            max_abs_err=max(e[0] for e in errs), max_rel_err=max(e[1] for e in errs),
+            passed=all(gate.passes(o.detach(), r.detach()) for o, r in zip(outs, refs)),
+        ))
+    return rows
+
+
+def parity_grid():
+    """(op, dims, dtype) of every parity case: the seed's float32 grid plus bfloat16 cases."""
+    for op_name, dims in check_dims():
+        yield op_name, dims, torch.float32
+    for op_name, op in OPS.items():
+        for shape in ("lab", "longT"):
+            yield op_name, op.dims_at(SHAPES[shape]), torch.bfloat16
+
+
+def mixer_parity_case(label: str, device="cuda", seed=0):
+    """A mixer on the kernel path (float32) vs the same mixer eager in float64: output
+    and every parameter's gradient."""
+    import copy
+
+    from .cases import MIXER_CASES, MIXER_PARAM
+
+    torch.manual_seed(seed)
+    mixer = MIXER_CASES[label]().to(device)
+    ref_mixer = copy.deepcopy(mixer).double()
+    x = torch.randn(128, 64, 64, device=device)
+    dt = torch.rand(128, 64, device=device) * 2 if mixer.decay is not None else None
+    with scan_mode("auto" if device == "cuda" else "triton"):
+        out = mixer(x, delta_t=dt)
+    with scan_mode("eager"):
+        ref = ref_mixer(x.double(), delta_t=None if dt is None else dt.double())
+    w = torch.randn(ref.shape, device=device, dtype=torch.float64)
+    (out * w.float()).sum().backward()
+    (ref * w).sum().backward()
+    pairs = {"fwd": [(out.detach(), ref.detach())],
+             "grad": [(p.grad, q.grad) for p, q in zip(mixer.parameters(), ref_mixer.parameters())]}
+    rows = []
+    for direction, items in pairs.items():
+        errs = [_errors(o, r) for o, r in items]
+        rows.append(dict(
+            op=label, shape="B=128,T=64,d=64", dtype="float32", direction=direction,
+            gate_atol=MIXER_PARAM.atol, gate_rtol=MIXER_PARAM.rtol,
+            max_abs_err=max(e[0] for e in errs), max_rel_err=max(e[1] for e in errs),
+            passed=all(MIXER_PARAM.passes(o, r) for o, r in items),
+        ))
+    return rows
+
+
+def mixer_train_step(label: str, path: str, B=128, T=64, device="cuda"):
+    """A callable: one forward + backward of a registry mixer on ``path`` ("generic": eager
+    matrices; "kernel": whatever ``auto`` picks on CUDA)."""
+    from .cases import MIXER_CASES
+
+    torch.manual_seed(0)
+    mixer = MIXER_CASES[label]().to(device)
+    x = torch.randn(B, T, 64, device=device)
+    mode = "eager" if path == "generic" else "auto"
+
+    def run():
+        with scan_mode(mode):
+            return torch.autograd.grad(mixer(x).sum(), list(mixer.parameters()))
+
+    return run
