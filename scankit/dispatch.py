@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 
@@ -35,8 +34,13 @@ def interpreting() -> bool:
 
 
 def load_kernels():
-    """Import ``scankit.triton`` (the only module that imports triton)."""
-    return importlib.import_module("scankit.triton")
+    """Import ``scankit.triton`` (the only module that imports triton).
+
+    A plain import statement, so torch.compile traces through it without a graph break.
+    """
+    from . import triton as kernels
+
+    return kernels
 
 
 def available(device: str = "cuda") -> bool:

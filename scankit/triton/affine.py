@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .common import num_chunks, on_gpu
+from .common import empty_like_shape as _empty, num_chunks, on_gpu
 
 
 @triton.jit
@@ -244,6 +244,16 @@ def affine_scan_bwd(A: torch.Tensor, h0: Optional[torch.Tensor], Abar: torch.Ten
                     g_Abar: Optional[torch.Tensor], g_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dA, dB, dh0 = _backward(A, h0, g_out, g_Abar, out, Abar if g_Abar is not None else None)
     return dA, dB, (dh0 if dh0 is not None else A.new_empty(0))
+
+
+@affine_scan_fwd.register_fake
+def _(A, B, h0, return_prefix):
+    return _empty(A.shape if return_prefix else (0,), A), _empty(B.shape, B)
+
+
+@affine_scan_bwd.register_fake
+def _(A, h0, Abar, out, g_Abar, g_out):
+    return _empty(A.shape, A), _empty(g_out.shape, A), _empty(h0.shape if h0 is not None else (0,), A)
 
 
 def _setup(ctx, inputs, output):

@@ -47,3 +47,8 @@ def check_envelope(op: str, *tensors, kv=None) -> None:
             raise ScanFallback(f"{op}: kernels run on CUDA (or the CPU interpreter), got {x.device}")
     if kv is not None and any(s not in KERNEL_KV for s in kv):
         raise ScanFallback(f"{op}: kernels take k, v in {KERNEL_KV}, got k, v = {kv}")
+
+
+def empty_like_shape(shape, like: torch.Tensor) -> torch.Tensor:
+    """A contiguous empty tensor of ``shape`` with ``like``'s dtype and device (fake impls)."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device)

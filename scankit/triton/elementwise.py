@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .common import num_chunks, tiles
+from .common import empty_like_shape as _empty, num_chunks, tiles
 
 
 @triton.jit
@@ -272,6 +272,16 @@ def linear_scan_bwd(a: torch.Tensor, h0: Optional[torch.Tensor], prod: torch.Ten
     return da, db, (dh0 if dh0 is not None else a.new_empty(0))
 
 
+@linear_scan_fwd.register_fake
+def _(a, b, h0, return_prefix):
+    return _empty(a.shape if return_prefix else (0,), a), _empty(a.shape, a)
+
+
+@linear_scan_bwd.register_fake
+def _(a, h0, prod, h, g_prod, g_h):
+    return _empty(a.shape, a), _empty(a.shape, a), _empty(h0.shape if h0 is not None else (0,), a)
+
+
 def _linear_setup(ctx, inputs, output):
     a, b, h0, return_prefix = inputs
     ctx.return_prefix = return_prefix
@@ -300,6 +310,16 @@ def log_scan_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Te
 def log_scan_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, h: torch.Tensor, g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     d_coeffs, d_values, _ = _backward(log_coeffs, log_values, None, g_h, None, h, None, log=True)
     return d_coeffs, d_values
+
+
+@log_scan_fwd.register_fake
+def _(log_coeffs, log_values):
+    return _empty(log_coeffs.shape, log_coeffs)
+
+
+@log_scan_bwd.register_fake
+def _(log_coeffs, log_values, h, g_h):
+    return _empty(log_coeffs.shape, log_coeffs), _empty(log_values.shape, log_values)
 
 
 def _log_setup(ctx, inputs, output):
