@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import ops
+from . import dispatch, ops
 
 
 def log_g(x: torch.Tensor) -> torch.Tensor:
@@ -183,24 +183,40 @@ class _BlockMixer(_Mixer):
         return self.h0.to(ref.dtype).expand(B, -1)
 
     def _terms(self, x, delta_t):
-        """Transitions M (B,T,n,k,k) and inputs b (B,T,n,k)."""
+        """angles (B,T,n,R,k/2), scale (B,T,n) or None, decay gamma (B,T,n) or None, b (B,T,n,k)."""
         B, T = x.shape[:2]
         params, zk, pre_h = self.proj(x).split([self.n_params, self.hidden_size, self.hidden_size], dim=-1)
-        M = self._transitions(params)
+        angles, scale = self._angles(params)
         log_gamma = self._log_gamma(delta_t, x)
-        if log_gamma is not None:
-            M = M * log_gamma.exp()[..., None, None]
-        return M, (torch.sigmoid(zk) * pre_h).reshape(B, T, self.n, self.k)
+        gamma = None if log_gamma is None else log_gamma.exp()
+        return angles, scale, gamma, (torch.sigmoid(zk) * pre_h).reshape(B, T, self.n, self.k)
+
+    def _transitions(self, angles, scale, gamma):
+        """The k x k blocks ``gamma G_{R-1}..G_0 diag(1, scale)`` the generic path scans."""
+        M = givens_matrix(angles, self.k)
+        if scale is not None:
+            M = M * torch.stack([torch.ones_like(scale), scale], dim=-1)[..., None, :]
+        if gamma is not None:
+            M = M * gamma[..., None, None]
+        return M
 
     def forward(self, x, h_0=None, delta_t=None):
+        """Fused rotation kernel where it runs (``auto`` on CUDA, ``triton``), else the
+        generic path: matrices built, then ``matrix_scan`` / ``matrix_affine_scan``."""
         self._check_x(x)
         B, T = x.shape[:2]
         h0 = self._state(h_0, B, x).reshape(B, self.n, self.k)
-        M, b = self._terms(x, delta_t)
-        return self._scan(M, b, h0).reshape(B, T, self.hidden_size)
+        angles, scale, gamma, b = self._terms(x, delta_t)
+        h = dispatch.run(
+            type(self).__name__, x.device,
+            lambda: self._scan(self._transitions(angles, scale, gamma), b, h0),
+            lambda kernels: kernels.rotation_scan(angles, b, scale=scale, gamma=gamma, h0=h0),
+        )
+        return h.reshape(B, T, self.hidden_size)
 
     def _step(self, x, h, delta_t):
-        M, b = self._terms(x, delta_t)
+        angles, scale, gamma, b = self._terms(x, delta_t)
+        M = self._transitions(angles, scale, gamma)
         h = h.reshape(x.shape[0], 1, self.n, self.k, 1)
         return ((M @ h).squeeze(-1) + b).reshape(x.shape[0], self.hidden_size)
 
@@ -224,17 +240,13 @@ class RotationMinGRU(_BlockMixer):
             self.register_buffer("snap_step", steps, persistent=False)
         self.snap = snap
 
-    def angles_and_scales(self, params):
+    def _angles(self, params):
+        """theta (B,T,n,1,1), snapped with a straight-through gradient when asked, and d = tanh(.)."""
         theta, u = params.chunk(2, dim=-1)
         if self.snap is not None:
             step = self.snap_step.to(theta.dtype)
             theta = theta + (torch.round(theta / step) * step - theta).detach()
-        return theta, torch.tanh(u)
-
-    def _transitions(self, params):
-        theta, d = self.angles_and_scales(params)
-        c, s = torch.cos(theta), torch.sin(theta)
-        return torch.stack([torch.stack([c, -s * d], -1), torch.stack([s, c * d], -1)], -2)
+        return theta[..., None, None], torch.tanh(u)
 
     def _scan(self, M, b, h0):
         return ops.matrix_scan(M, b, h0=h0, return_prefix=False)
@@ -254,9 +266,8 @@ class GivensMinGRU(_BlockMixer):
         super().__init__(input_size, hidden_size, block_size, (hidden_size // block_size) * rounds * block_size // 2,
                          decay, bias)
 
-    def _transitions(self, params):
-        angles = params.reshape(*params.shape[:-1], self.n, self.rounds, self.k // 2)
-        return givens_matrix(angles, self.k)
+    def _angles(self, params):
+        return params.reshape(*params.shape[:-1], self.n, self.rounds, self.k // 2), None
 
     def _scan(self, M, b, h0):
         return ops.matrix_affine_scan(M, b.unsqueeze(-1), h0=h0.unsqueeze(-1), return_prefix=False).squeeze(-1)

@@ -3,7 +3,8 @@
 Each function takes the public op's (validated) arguments and returns what the eager
 reference returns; inputs outside the envelope raise ``ScanFallback``.
 """
-from . import affine, elementwise
+from ..dispatch import ScanFallback
+from . import affine, elementwise, givens
 from .common import check_envelope
 
 
@@ -28,3 +29,22 @@ def matrix_scan(M, b, *, h0=None, return_prefix=True):
     check_envelope("matrix_scan", M, b, h0)
     Abar, out = affine.affine_scan_fwd(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix)
     return (Abar, out.squeeze(-1)) if return_prefix else out.squeeze(-1)
+
+
+ROTATION_K = (2, 4, 8, 16)
+
+
+def rotation_scan(angles, b, *, scale=None, gamma=None, h0=None):
+    """Angle-fused ``h_t = gamma_t G_{R-1}..G_0 diag(1, scale_t) h_{t-1} + b_t``.
+
+    angles (B,T,n,R,k/2), b (B,T,n,k), scale and gamma (B,T,n) or None, h0 (B,n,k) or None.
+    """
+    check_envelope("rotation_scan", angles, b, scale, gamma, h0)
+    k = b.shape[-1]
+    if k not in ROTATION_K:
+        raise ScanFallback(f"rotation_scan: the fused kernel takes k in {ROTATION_K}, got k = {k}")
+    if scale is not None and k != 2:
+        raise ScanFallback("rotation_scan: a per-step scale is only fused for k = 2")
+    if len({x.dtype for x in (angles, b, scale, gamma, h0) if x is not None}) > 1:
+        raise ScanFallback("rotation_scan: angles, b, scale, gamma and h0 must share one dtype")
+    return givens.rotation_scan_fwd(angles, b, scale, gamma, h0)

@@ -1,0 +1,211 @@
+"""Angle-fused rotation scan: ``h_t = gamma_t G_{R-1} ... G_0 S_t h_{t-1} + b_t``.
+
+G_r is round r of brick-wall plane rotations on a k-vector (pairs (i, i+1 mod k),
+i = r % 2, r % 2 + 2, ...), S_t = diag(1, d_t) (the Rotation mixer's scale, k = 2 only)
+and gamma_t an optional decay. One program owns BN (batch, block) lanes and keeps their
+k-vectors in registers, applying the rotations straight from the angles: no k x k
+matrix is formed or stored. The backward walks t = T..1, re-reading h_{t-1} from the
+saved output, recomputing the step's rounds and undoing them with exact transposes
+(orthogonal, so no error growth), and returns the grads of angles, scales, decays,
+inputs and h_0.
+"""
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from .common import empty_like_shape as _empty, target_programs
+
+
+@triton.jit
+def _round_tables(K: tl.constexpr, PAR: tl.constexpr):
+    """Per row i of round parity PAR: its pair index, whether it is the pair's first row,
+    the (K, K) partner selector and the sign of the partner term."""
+    i = tl.arange(0, K)
+    first = (i % 2) == PAR
+    partner = tl.where(first, (i + 1) % K, (i + K - 1) % K)
+    pair = ((i + K - PAR) % K) // 2
+    select = (tl.arange(0, K)[None, :] == partner[:, None]).to(tl.float32)
+    sign = tl.where(first, -1.0, 1.0)
+    return first, pair, select, sign
+
+
+@triton.jit
+def _partner(h, select):
+    """h[:, partner(i)] for a (BN, K) tile."""
+    return tl.sum(h[:, None, :] * select[None, :, :], axis=2)
+
+
+@triton.jit
+def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
+    th = tl.load(ang_ptr + base[:, None] + r * s_r + pair[None, :] * s_p, mask=mask, other=0.0).to(tl.float32)
+    return tl.cos(th), tl.sin(th)
+
+
+@triton.jit
+def _fwd_kernel(
+    ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, T, N,
+    sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
+    K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr,
+):
+    bi = tl.program_id(0)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    i = tl.arange(0, K)
+    nm = n < N
+    m2 = nm[:, None]
+    h = tl.zeros((BN, K), tl.float32)
+    if HAS_H0:
+        h = tl.load(h0_ptr + bi * sh_b + n[:, None] * sh_n + i[None, :] * sh_i, mask=m2, other=0.0).to(tl.float32)
+    out_rows = (bi * T * N + n[:, None]) * K + i[None, :]
+    for t in range(0, T):
+        u = h
+        if HAS_SCALE:
+            sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
+            u = tl.where(i[None, :] == 1, u * sc[:, None], u)
+        base = bi * sa_b + t * sa_t + n * sa_n
+        for r in tl.static_range(R):
+            first, pair, select, sign = _round_tables(K, r % 2)
+            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
+            u = c * u + sign[None, :] * s * _partner(u, select)
+        if HAS_GAMMA:
+            u = u * tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)[:, None]
+        bt = tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=m2, other=0.0)
+        h = u + bt.to(tl.float32)
+        tl.store(out_ptr + out_rows + t * N * K, h.to(out_ptr.dtype.element_ty), mask=m2)
+
+
+@triton.jit
+def _bwd_kernel(
+    ang_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, g_ptr, dang_ptr, db_ptr, dsc_ptr, dgm_ptr, dh0_ptr, T, N,
+    sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
+    K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr,
+):
+    bi = tl.program_id(0)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    i = tl.arange(0, K)
+    nm = n < N
+    m2 = nm[:, None]
+    h0 = tl.zeros((BN, K), tl.float32)
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + bi * sh_b + n[:, None] * sh_n + i[None, :] * sh_i, mask=m2, other=0.0).to(tl.float32)
+    rows = (bi * T * N + n[:, None]) * K + i[None, :]   # contiguous (B, T, n, K) at t = 0
+    side = bi * T * N + n                                # contiguous (B, T, n) at t = 0
+    carry = tl.zeros((BN, K), tl.float32)                # dL/dh_t through h_{t+1}
+    for j in range(0, T):
+        t = T - 1 - j
+        gh = tl.load(g_ptr + rows + t * N * K, mask=m2, other=0.0).to(tl.float32) + carry
+        tl.store(db_ptr + rows + t * N * K, gh.to(db_ptr.dtype.element_ty), mask=m2)
+        hp = tl.load(out_ptr + rows + (t - 1) * N * K, mask=m2 & (t > 0), other=0.0).to(tl.float32)
+        hp = tl.where(t > 0, hp, h0)
+        u = hp
+        if HAS_SCALE:
+            sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
+            u = tl.where(i[None, :] == 1, u * sc[:, None], u)
+        base = bi * sa_b + t * sa_t + n * sa_n
+        for r in tl.static_range(R):  # recompute the step's rotations
+            first, pair, select, sign = _round_tables(K, r % 2)
+            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
+            u = c * u + sign[None, :] * s * _partner(u, select)
+        du = gh
+        if HAS_GAMMA:
+            gm = tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)
+            tl.store(dgm_ptr + side + t * N, tl.sum(gh * u, axis=1).to(dgm_ptr.dtype.element_ty), mask=nm)
+            du = du * gm[:, None]
+        for rr in tl.static_range(R):  # undo them, last round first
+            r = R - 1 - rr
+            first, pair, select, sign = _round_tables(K, r % 2)
+            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
+            cross = u * _partner(du, select)               # u'_i du'_j
+            dth = cross - _partner(cross, select)          # at a pair's first row: u'_i du'_j - u'_j du'_i
+            d_off = (side + t * N)[:, None] * (R * (K // 2)) + r * (K // 2) + pair[None, :]
+            tl.store(dang_ptr + d_off, dth.to(dang_ptr.dtype.element_ty), mask=m2 & first[None, :])
+            du = c * du - sign[None, :] * s * _partner(du, select)   # G_r^T du
+            u = c * u - sign[None, :] * s * _partner(u, select)      # G_r^T u
+        if HAS_SCALE:
+            dsc = tl.sum(tl.where(i[None, :] == 1, du * hp, 0.0), axis=1)
+            tl.store(dsc_ptr + side + t * N, dsc.to(dsc_ptr.dtype.element_ty), mask=nm)
+            du = tl.where(i[None, :] == 1, du * sc[:, None], du)
+        carry = du
+    if HAS_H0:
+        tl.store(dh0_ptr + (bi * N + n[:, None]) * K + i[None, :], carry.to(dh0_ptr.dtype.element_ty), mask=m2)
+
+
+def _lanes_per_program(B: int, N: int, device) -> int:
+    """Blocks per program: as many as keep >= 2 programs per SM-slot busy, up to 16."""
+    bn = 1
+    while bn < 16 and B * triton.cdiv(N, 2 * bn) >= target_programs(device) // 2:
+        bn *= 2
+    return min(bn, triton.next_power_of_2(N))
+
+
+def _s(x, dims):
+    return tuple(x.stride()) if x is not None else (0,) * dims
+
+
+@triton_op("scankit::rotation_scan_fwd", mutates_args={})
+def rotation_scan_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.Tensor],
+                      gamma: Optional[torch.Tensor], h0: Optional[torch.Tensor]) -> torch.Tensor:
+    B, T, N, R, _ = angles.shape
+    K = b.shape[-1]
+    bn = _lanes_per_program(B, N, b.device)
+    out = torch.empty((B, T, N, K), device=b.device, dtype=b.dtype)
+    wrap_triton(_fwd_kernel)[(B, triton.cdiv(N, bn))](
+        angles, b, scale, gamma, h0, out, T, N,
+        *_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
+        K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
+        num_warps=1 if K <= 4 else 2,
+    )
+    return out
+
+
+@triton_op("scankit::rotation_scan_bwd", mutates_args={})
+def rotation_scan_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Optional[torch.Tensor],
+                      h0: Optional[torch.Tensor], out: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, T, N, R, P = angles.shape
+    K = out.shape[-1]
+    bn = _lanes_per_program(B, N, out.device)
+    g = g.contiguous()
+    d_angles = torch.empty((B, T, N, R, P), device=out.device, dtype=angles.dtype)
+    d_b = torch.empty_like(out)
+    d_scale = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if scale is not None else out.new_empty(0)
+    d_gamma = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if gamma is not None else out.new_empty(0)
+    d_h0 = torch.empty((B, N, K), device=out.device, dtype=out.dtype) if h0 is not None else out.new_empty(0)
+    wrap_triton(_bwd_kernel)[(B, triton.cdiv(N, bn))](
+        angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, T, N,
+        *_s(angles, 5), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
+        K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
+        num_warps=1 if K <= 4 else 2,
+    )
+    return d_angles, d_b, d_scale, d_gamma, d_h0
+
+
+@rotation_scan_fwd.register_fake
+def _(angles, b, scale, gamma, h0):
+    return _empty(b.shape[:3] + (b.shape[-1],), b)
+
+
+@rotation_scan_bwd.register_fake
+def _(angles, scale, gamma, h0, out, g):
+    B, T, N, K = out.shape
+    opt = lambda x, shape: _empty(shape if x is not None else (0,), out)  # noqa: E731
+    return _empty(angles.shape, angles), _empty(out.shape, out), opt(scale, (B, T, N)), opt(gamma, (B, T, N)), opt(h0, (B, N, K))
+
+
+def _setup(ctx, inputs, output):
+    angles, _, scale, gamma, h0 = inputs
+    ctx.has = (scale is not None, gamma is not None, h0 is not None)
+    ctx.save_for_backward(angles, scale, gamma, h0, output)
+
+
+def _backward(ctx, g):
+    angles, scale, gamma, h0, out = ctx.saved_tensors
+    d_angles, d_b, d_scale, d_gamma, d_h0 = rotation_scan_bwd(angles, scale, gamma, h0, out, g)
+    has_scale, has_gamma, has_h0 = ctx.has
+    return d_angles, d_b, d_scale if has_scale else None, d_gamma if has_gamma else None, d_h0 if has_h0 else None
+
+
+rotation_scan_fwd.register_autograd(_backward, setup_context=_setup)
