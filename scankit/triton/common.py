@@ -25,9 +25,13 @@ def target_programs(device: torch.device) -> int:
     return 4
 
 
-def tiles(device: torch.device) -> tuple[int, int]:
-    """(BLOCK_T, BLOCK_D) of the elementwise kernels."""
-    return (64, 32) if on_gpu(device) else (16, 32)
+# (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU; see NOTES.md
+ELEMENTWISE_TILES = (64, 32, 4)
+
+
+def tiles(device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels (small tiles in the interpreter)."""
+    return ELEMENTWISE_TILES if on_gpu(device) else (16, 32, 1)
 
 
 def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device) -> int:

@@ -184,7 +184,7 @@ def _h0_strides(h0):
 def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     """States (and running products when ``write_a``) of the elementwise recurrence."""
     B, T, D = a.shape
-    block_t, block_d = tiles(a.device)
+    block_t, block_d, warps = tiles(a.device)
     nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device) if nc is None else nc
     chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
     nc = triton.cdiv(T, chunk)
@@ -192,27 +192,28 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     carry_a = carry_h = None
     if nc > 1:
-        carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, block_t, block_d)
+        carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, (block_t, block_d, warps))
     grid = (B * nc, triton.cdiv(D, block_d))
     wrap_triton(_fwd_kernel)[grid](
         a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
         LOG=log, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, WRITE_A=write_a, SUMMARY=False,
-        BLOCK_T=block_t, BLOCK_D=block_d,
+        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=warps,
     )
     return (out_a if write_a else None), out_h
 
 
-def _carries(a, b, h0, log, write_a, nc, chunk, block_t, block_d):
+def _carries(a, b, h0, log, write_a, nc, chunk, tile):
     """Per-chunk carry-in (running product, state) from a summary pass and a scan over it."""
     B, T, D = a.shape
+    block_t, block_d, warps = tile
     sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
     sum_h = torch.empty_like(sum_a)
     wrap_triton(_fwd_kernel)[(B * nc, triton.cdiv(D, block_d))](
         a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
         LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True,
-        BLOCK_T=block_t, BLOCK_D=block_d,
+        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=warps,
     )
     h_init = b[:, 0].float().exp() if log else (h0.float() if h0 is not None else torch.zeros_like(sum_h[:, 0]))
     run_a, run_h = _forward(sum_a, sum_h, h_init, log=False, write_a=write_a, nc=1)
@@ -224,7 +225,7 @@ def _carries(a, b, h0, log, write_a, nc, chunk, block_t, block_d):
 def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs."""
     B, T, D = a.shape
-    block_t, block_d = tiles(a.device)
+    block_t, block_d, warps = tiles(a.device)
     nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device)
     chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
     nc = triton.cdiv(T, chunk)
@@ -234,7 +235,8 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
     grid = (B * nc, triton.cdiv(D, block_d))
-    common = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d)
+    common = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
+                  num_warps=warps)
     strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
     carry_h = carry_a = None
     if nc > 1:
