@@ -67,7 +67,6 @@ def run_bench(out_dir, env, shapes, ops):
                     **{f"{impl}_us": get(impl)[0] for impl in measure.IMPLS},
                     **{f"{impl}_peak_bytes": get(impl)[1] for impl in measure.IMPLS},
                 ))
-    report.write("scan_bench", dict(env=env, rows=rows, skipped=skipped, copy_bw=copy_bw), out_dir)
     print(f"copy bandwidth {copy_bw / 1e12:.2f} TB/s")
     print(f"{'op':20} {'shape':6} {'dir':7} {'triton us':>10} {'eager us':>10} {'compile us':>10} {'%copy':>6}")
     for r in rows:
@@ -75,6 +74,7 @@ def run_bench(out_dir, env, shapes, ops):
         pct = 100 * r["bytes"] / (r["triton_us"] * 1e-6) / copy_bw
         print(f"{r['op']:20} {r['shape']:6} {r['direction']:7} {fmt(r['triton_us'])} {fmt(r['eager_us'])} "
               f"{fmt(r['torch_compile_us'])} {pct:5.0f}%")
+    report.write("scan_bench", dict(env=env, rows=rows, skipped=skipped, copy_bw=copy_bw), out_dir)
     return True
 
 

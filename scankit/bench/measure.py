@@ -37,6 +37,13 @@ def as_tuple(x):
 
 @lru_cache(maxsize=None)
 def _compiled(op_name: str):
+    # One compile per op x shape x grad mode, all through the reference's shared wrapper:
+    # lift Dynamo's recompile limit so it never silently falls back to eager.
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 512))
     return torch.compile(OPS[op_name].eager, dynamic=False)
 
 
