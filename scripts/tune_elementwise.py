@@ -34,7 +34,7 @@ def main():
             from scankit.bench.cases import bytes_moved
             nbytes = bytes_moved(ins, outs, direction)
             for tile in TILES:
-                common.ELEMENTWISE_TILES = tile
+                common.ELEMENTWISE_TILES = {"linear": tile, "log": tile}
                 us = measure.median_us(measure.workload(op, "triton", direction, xs))
                 results.append(dict(shape=shape, op=op, direction=direction, tile=tile, us=us, tbps=nbytes / us / 1e6))
                 print(f"{shape:6} {op:18} {direction:7} {str(tile):14} {us:9.1f} us {nbytes / us / 1e6:6.2f} TB/s", flush=True)

@@ -101,6 +101,6 @@ def test_outside_fused_envelope(monkeypatch, fused_launches):
     mixer = scankit.GivensMinGRU(5, 12, block_size=6, rounds=2)
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     with pytest.raises(RuntimeError, match="GivensMinGRU kernel cannot run"):
-        mixer(torch.randn(2, 3, 5))
+        mixer.to(DEVICE)(torch.randn(2, 3, 5, device=DEVICE))
     with pytest.raises(scankit.ScanFallback, match="k in"):
-        kernels.rotation_scan(torch.zeros(1, 2, 1, 1, 3), torch.zeros(1, 2, 1, 6))
+        kernels.rotation_scan(torch.zeros(1, 2, 1, 1, 3, device=DEVICE), torch.zeros(1, 2, 1, 6, device=DEVICE))

@@ -25,13 +25,14 @@ def target_programs(device: torch.device) -> int:
     return 4
 
 
-# (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU; see NOTES.md
-ELEMENTWISE_TILES = (64, 32, 4)
+# (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU, from the H200
+# sweep of scripts/tune_elementwise.py (NOTES.md): the log kernel's exps favour shorter tiles.
+ELEMENTWISE_TILES = {"linear": (64, 32, 4), "log": (32, 32, 4)}
 
 
-def tiles(device: torch.device) -> tuple[int, int, int]:
+def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
     """(BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels (small tiles in the interpreter)."""
-    return ELEMENTWISE_TILES if on_gpu(device) else (16, 32, 1)
+    return ELEMENTWISE_TILES["log" if log else "linear"] if on_gpu(device) else (16, 32, 1)
 
 
 def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device) -> int:

@@ -184,7 +184,7 @@ def _h0_strides(h0):
 def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     """States (and running products when ``write_a``) of the elementwise recurrence."""
     B, T, D = a.shape
-    block_t, block_d, warps = tiles(a.device)
+    block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device) if nc is None else nc
     chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
     nc = triton.cdiv(T, chunk)
@@ -225,7 +225,7 @@ def _carries(a, b, h0, log, write_a, nc, chunk, tile):
 def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs."""
     B, T, D = a.shape
-    block_t, block_d, warps = tiles(a.device)
+    block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device)
     chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
     nc = triton.cdiv(T, chunk)
