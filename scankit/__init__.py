@@ -1,13 +1,25 @@
 """scankit: first-order scan ops (eager + Triton) and the minGRU mixer family.
 
-``import scankit`` needs only torch; the Triton kernels load on first use.
+``import scankit`` is cheap: torch loads on first use of an op or mixer, and the Triton
+kernels only when a kernel runs.
 """
-from .dispatch import ScanFallback, available
-from .mixers import GivensMinGRU, MinGRU, MinGRUBlock, MinGRUStack, RotationMinGRU, SignedMinGRU
-from .ops import linear_scan, matrix_affine_scan, matrix_scan, parallel_scan_log
+import importlib
 
 __version__ = "0.1.0"
-__all__ = [
-    "parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan", "ScanFallback", "available",
-    "MinGRU", "SignedMinGRU", "RotationMinGRU", "GivensMinGRU", "MinGRUBlock", "MinGRUStack",
-]
+_EXPORTS = {
+    "parallel_scan_log": "ops", "linear_scan": "ops", "matrix_scan": "ops", "matrix_affine_scan": "ops",
+    "ScanFallback": "dispatch", "available": "dispatch",
+    "MinGRU": "mixers", "SignedMinGRU": "mixers", "RotationMinGRU": "mixers", "GivensMinGRU": "mixers",
+    "MinGRUBlock": "mixers", "MinGRUStack": "mixers",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'scankit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -12,28 +12,7 @@ from typing import Callable
 import torch
 
 from .. import mixers, ops, reference
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A named benchmark shape: batch B, length T, elementwise width D, matrix width d."""
-
-    name: str
-    B: int
-    T: int
-    D: int
-    d: int
-
-
-SHAPES = {
-    s.name: s
-    for s in (
-        Shape("lab", B=128, T=64, D=64, d=64),
-        Shape("longT", B=16, T=1024, D=64, d=64),
-        Shape("large", B=32, T=4096, D=1024, d=256),
-        Shape("vlong", B=1, T=65536, D=1024, d=256),
-    )
-}
+from .grid import MEMORY_MIXER, SHAPES, Shape, skip_reason  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -45,11 +24,20 @@ class Gate:
     rtol: float
     scaled: bool = False
 
-    def passes(self, out: torch.Tensor, ref: torch.Tensor) -> bool:
+    def margin(self, out: torch.Tensor, ref: torch.Tensor) -> float:
+        """max |x - ref| / (atol + rtol |ref|): the case passes when this is <= 1 (inf when
+        out and ref disagree on which elements are finite)."""
         out, ref = out.double(), ref.double()
-        atol = self.atol * (ref.abs().max().item() if self.scaled and ref.numel() else 1.0)
-        ok = (out - ref).abs() <= atol + self.rtol * ref.abs()
-        return bool(ok.all()) and bool(torch.isfinite(out).all() == torch.isfinite(ref).all())
+        finite = torch.isfinite(ref)
+        if not torch.equal(torch.isfinite(out), finite):
+            return float("inf")
+        if not finite.any():
+            return 0.0
+        atol = self.atol * (ref[finite].abs().max().item() if self.scaled else 1.0)
+        return ((out - ref).abs()[finite] / (atol + self.rtol * ref.abs()[finite])).max().item()
+
+    def passes(self, out: torch.Tensor, ref: torch.Tensor) -> bool:
+        return self.margin(out, ref) <= 1.0
 
 
 AFFINE_FWD = Gate(1e-5, 0.0)
@@ -186,7 +174,7 @@ def check_dims():
             yield "matrix_affine_scan", dict(B=B, T=T, n=3, k=8, v=4)
 
 
-# Mixer-level cases: (label, constructor) at the lab shape (B=128, T=64, d=64).
+# Mixer-level cases (grid.MIXER_LABELS): constructors at the lab shape (B=128, T=64, d=64).
 MIXER_CASES = {
     "GivensMinGRU(k=8,R=3)": lambda: mixers.GivensMinGRU(64, 64, block_size=8, rounds=3),
     "GivensMinGRU(k=4,R=2,decay)": lambda: mixers.GivensMinGRU(64, 64, block_size=4, rounds=2, decay=True),
@@ -194,14 +182,3 @@ MIXER_CASES = {
     "RotationMinGRU": lambda: mixers.RotationMinGRU(64, 64),
     "RotationMinGRU(snap,decay)": lambda: mixers.RotationMinGRU(64, 64, snap=(2, 3, 4, 6), decay=True),
 }
-MEMORY_MIXER = "GivensMinGRU(k=8,R=3)"
-
-
-def skip_reason(op_name: str, shape: str, impl: str):
-    """Why a benchmark cell is not measured (None when it is)."""
-    matrix = op_name in ("matrix_scan", "matrix_affine_scan")
-    if matrix and shape == "vlong" and impl != "triton":
-        return "eager doubling at T=65536 needs tens of GiB and minutes"
-    if matrix and shape != "lab" and impl == "torch_compile":
-        return "compiling the doubling reference at this T takes minutes"
-    return None

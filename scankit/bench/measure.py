@@ -161,14 +161,18 @@ def parity_case(op_name: str, dims: dict, device="cuda", dtype=torch.float32, se
     rows = []
     for direction, outs, refs in (("fwd", out, ref), ("grad", grads, ref_grads)):
         gate = op.gate_for(direction, dtype)
-        errs = [_errors(o.detach(), r.detach()) for o, r in zip(outs, refs)]
-        rows.append(dict(
-            op=op_name, shape=",".join(f"{k}={v}" for k, v in dims.items()), dtype=str(dtype).replace("torch.", ""),
-            direction=direction, gate_atol=gate.atol, gate_rtol=gate.rtol,
-            max_abs_err=max(e[0] for e in errs), max_rel_err=max(e[1] for e in errs),
-            passed=all(gate.passes(o.detach(), r.detach()) for o, r in zip(outs, refs)),
-        ))
+        rows.append(_row(op_name, ",".join(f"{k}={v}" for k, v in dims.items()), str(dtype).replace("torch.", ""),
+                         direction, gate, [(o.detach(), r.detach()) for o, r in zip(outs, refs)]))
     return rows
+
+
+def _row(op, shape, dtype, direction, gate, pairs) -> dict:
+    """One parity row over (output, reference) pairs."""
+    errs = [_errors(o, r) for o, r in pairs]
+    margin = max(gate.margin(o, r) for o, r in pairs)
+    return dict(op=op, shape=shape, dtype=dtype, direction=direction, gate_atol=gate.atol, gate_rtol=gate.rtol,
+                max_abs_err=max(e[0] for e in errs), max_rel_err=max(e[1] for e in errs),
+                margin=margin, passed=margin <= 1.0)
 
 
 def parity_grid():
@@ -180,7 +184,12 @@ def parity_grid():
             yield op_name, op.dims_at(SHAPES[shape]), torch.bfloat16
 
 
-def mixer_parity_case(label: str, device="cuda", seed=0):
+def _kernel_mode(device: str) -> str:
+    """The mode whose mixers take the kernels: ``auto`` on CUDA, ``triton`` (interpreter) on CPU."""
+    return "auto" if device == "cuda" else "triton"
+
+
+def mixer_parity_case(label: str, device="cuda", seed=0, batch=128, T=64):
     """A mixer on the kernel path (float32) vs the same mixer eager in float64: output
     and every parameter's gradient."""
     import copy
@@ -190,38 +199,31 @@ def mixer_parity_case(label: str, device="cuda", seed=0):
     torch.manual_seed(seed)
     mixer = MIXER_CASES[label]().to(device)
     ref_mixer = copy.deepcopy(mixer).double()
-    x = torch.randn(128, 64, 64, device=device)
-    dt = torch.rand(128, 64, device=device) * 2 if mixer.decay is not None else None
-    with scan_mode("auto" if device == "cuda" else "triton"):
+    x = torch.randn(batch, T, 64, device=device)
+    dt = torch.rand(batch, T, device=device) * 2 if mixer.decay is not None else None
+    with scan_mode(_kernel_mode(device)):
         out = mixer(x, delta_t=dt)
     with scan_mode("eager"):
         ref = ref_mixer(x.double(), delta_t=None if dt is None else dt.double())
     w = torch.randn(ref.shape, device=device, dtype=torch.float64)
-    (out * w.float()).sum().backward()
+    with scan_mode(_kernel_mode(device)):
+        (out * w.float()).sum().backward()
     (ref * w).sum().backward()
     pairs = {"fwd": [(out.detach(), ref.detach())],
              "grad": [(p.grad, q.grad) for p, q in zip(mixer.parameters(), ref_mixer.parameters())]}
-    rows = []
-    for direction, items in pairs.items():
-        errs = [_errors(o, r) for o, r in items]
-        rows.append(dict(
-            op=label, shape="B=128,T=64,d=64", dtype="float32", direction=direction,
-            gate_atol=MIXER_PARAM.atol, gate_rtol=MIXER_PARAM.rtol,
-            max_abs_err=max(e[0] for e in errs), max_rel_err=max(e[1] for e in errs),
-            passed=all(MIXER_PARAM.passes(o, r) for o, r in items),
-        ))
-    return rows
+    return [_row(label, f"B={batch},T={T},d=64", "float32", direction, MIXER_PARAM, items)
+            for direction, items in pairs.items()]
 
 
 def mixer_train_step(label: str, path: str, B=128, T=64, device="cuda"):
     """A callable: one forward + backward of a registry mixer on ``path`` ("generic": eager
-    matrices; "kernel": whatever ``auto`` picks on CUDA)."""
+    matrices; "kernel": the kernels ``auto`` picks on CUDA)."""
     from .cases import MIXER_CASES
 
     torch.manual_seed(0)
     mixer = MIXER_CASES[label]().to(device)
     x = torch.randn(B, T, 64, device=device)
-    mode = "eager" if path == "generic" else "auto"
+    mode = "eager" if path == "generic" else _kernel_mode(device)
 
     def run():
         with scan_mode(mode):

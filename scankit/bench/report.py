@@ -69,3 +69,59 @@ def write(name: str, payload: dict, out_dir) -> list[Path]:
     _atomic_write(paths[0], json.dumps(payload, indent=1, sort_keys=True) + "\n")
     _atomic_write(paths[1], md)
     return paths
+
+
+# ---------------------------------------------------------------- payloads (driver and renderer)
+
+def bench_payload(env: dict, cells: dict, copy_bw: float) -> dict:
+    """Rows of scan_bench from ``suite.op_cells`` output (keys (op, shape, impl, direction))."""
+    from . import grid
+
+    ops = [o for o in grid.OP_NAMES if any(k[0] == o for k in cells["bytes"])]
+    shapes = [s for s in grid.SHAPES if any(k[1] == s for k in cells["bytes"])]
+    rows = []
+    for op in ops:
+        for shape in shapes:
+            for direction in grid.DIRECTIONS:
+                row = dict(op=op, shape=shape, direction=direction, bytes=cells["bytes"][op, shape, direction])
+                for impl in grid.IMPLS:
+                    seconds = cells["seconds"].get((op, shape, impl, direction))
+                    row[f"{impl}_us"] = None if seconds is None else seconds * 1e6
+                    row[f"{impl}_peak_bytes"] = cells["peak_bytes"].get((op, shape, impl, direction))
+                rows.append(row)
+    skipped = [dict(op=k[0], shape=k[1], impl=k[2], reason=r) for k, r in sorted(cells["skipped"].items())
+               if k[3] == "fwd"]
+    return dict(env=env, rows=rows, skipped=skipped, copy_bw=copy_bw)
+
+
+def parity_payload(env: dict, rows: list) -> dict:
+    return dict(env=env, rows=rows)
+
+
+def memory_payload(env: dict, cells: dict) -> dict:
+    """Rows of scan_memory from ``suite.mixer_cells`` output (keys (shape, path))."""
+    from . import grid
+
+    rows, ratios = [], []
+    for shape in grid.MEMORY_SHAPES:
+        s = grid.SHAPES[shape]
+        label = f"{shape} (B={s.B}, T={s.T})"
+        for path in grid.MIXER_PATHS:
+            rows.append(dict(mixer=grid.MEMORY_MIXER, shape=label, path=path,
+                             peak_bytes=cells["peak_bytes"][shape, path], time_us=cells["seconds"][shape, path] * 1e6))
+        generic, kernel = rows[-2], rows[-1]
+        ratios.append(dict(mixer=grid.MEMORY_MIXER, shape=label,
+                           ratio=generic["peak_bytes"] / kernel["peak_bytes"],
+                           speedup=generic["time_us"] / kernel["time_us"]))
+    return dict(env=env, rows=rows, ratios=ratios)
+
+
+def bench_table(payload: dict) -> str:
+    """The short plain-text table a GPU run prints last."""
+    from tabulate import tabulate
+
+    bw = payload["copy_bw"]
+    table = [(r["op"], r["shape"], r["direction"], r["triton_us"], r["eager_us"], r["torch_compile_us"],
+              f"{100 * r['bytes'] / (r['triton_us'] * 1e-6) / bw:.0f}%") for r in payload["rows"]]
+    head = ["op", "shape", "dir", "triton us", "eager us", "compile us", "% copy bw"]
+    return f"copy bandwidth {bw / 1e12:.2f} TB/s\n" + tabulate(table, head, floatfmt=".1f", missingval="-")

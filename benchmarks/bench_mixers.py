@@ -1,0 +1,25 @@
+"""One GivensMinGRU training step (fwd + bwd): fused kernel path vs the generic path."""
+from benchmarks._adapter import cached, long_setup_cache
+from scankit.bench import grid
+
+
+class MixerStep:
+    params = [list(grid.MEMORY_SHAPES), list(grid.MIXER_PATHS)]
+    param_names = ["shape", "path"]
+    timeout = 1800
+
+    @long_setup_cache
+    def setup_cache(self):
+        from scankit.bench import suite
+
+        return suite.mixer_cells()
+
+    def track_step_time(self, cells, shape, path):
+        return cached(cells["seconds"], (shape, path))
+
+    track_step_time.unit = "seconds"
+
+    def track_peak_cuda_memory(self, cells, shape, path):
+        return cached(cells["peak_bytes"], (shape, path), "no CUDA memory on this machine")
+
+    track_peak_cuda_memory.unit = "bytes"

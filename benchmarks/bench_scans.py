@@ -1,0 +1,37 @@
+"""Time and peak CUDA memory of every scan op x shape x impl x direction."""
+from benchmarks._adapter import cached, long_setup_cache
+from scankit.bench import grid
+
+
+class Scans:
+    params = [list(grid.OP_NAMES), list(grid.SHAPES), list(grid.IMPLS), list(grid.DIRECTIONS)]
+    param_names = ["op", "shape", "impl", "direction"]
+    timeout = 3600
+
+    @long_setup_cache
+    def setup_cache(self):
+        from scankit.bench import suite
+
+        return suite.op_cells()
+
+    def track_time(self, cells, op, shape, impl, direction):
+        key = (op, shape, impl, direction)
+        return cached(cells["seconds"], key, cells["skipped"].get(key, "not measured"))
+
+    track_time.unit = "seconds"
+
+    def track_peak_cuda_memory(self, cells, op, shape, impl, direction):
+        key = (op, shape, impl, direction)
+        return cached(cells["peak_bytes"], key, cells["skipped"].get(key, "no CUDA memory on this machine"))
+
+    track_peak_cuda_memory.unit = "bytes"
+
+
+def track_copy_bandwidth():
+    """Device-to-device copy (bytes read + written per second): the roofline of every op."""
+    from scankit.bench import suite
+
+    return suite.copy_bandwidth()
+
+
+track_copy_bandwidth.unit = "bytes/s"

@@ -1,0 +1,47 @@
+"""The benchmark grid as plain data (no torch import): shapes, op and mixer names, impls,
+directions, skip rules. ``cases`` builds the torch side of the registry on top of it; the
+asv suites import only this, so their many small processes start fast."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A named benchmark shape: batch B, length T, elementwise width D, matrix width d."""
+
+    name: str
+    B: int
+    T: int
+    D: int
+    d: int
+
+
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("lab", B=128, T=64, D=64, d=64),
+        Shape("longT", B=16, T=1024, D=64, d=64),
+        Shape("large", B=32, T=4096, D=1024, d=256),
+        Shape("vlong", B=1, T=65536, D=1024, d=256),
+    )
+}
+OP_NAMES = ("parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan")
+IMPLS = ("triton", "eager", "torch_compile")
+DIRECTIONS = ("fwd", "fwdbwd")
+PARITY_DIRECTIONS = ("fwd", "grad")
+MIXER_LABELS = ("GivensMinGRU(k=8,R=3)", "GivensMinGRU(k=4,R=2,decay)", "GivensMinGRU(k=16,R=1)",
+                "RotationMinGRU", "RotationMinGRU(snap,decay)")
+MEMORY_MIXER = "GivensMinGRU(k=8,R=3)"
+MEMORY_SHAPES = ("lab", "longT")
+MIXER_PATHS = ("generic", "kernel")
+
+
+def skip_reason(op_name: str, shape: str, impl: str):
+    """Why a benchmark cell is not measured (None when it is)."""
+    matrix = op_name in ("matrix_scan", "matrix_affine_scan")
+    if matrix and shape == "vlong" and impl != "triton":
+        return "eager doubling at T=65536 needs tens of GiB and minutes"
+    if matrix and shape != "lab" and impl == "torch_compile":
+        return "compiling the doubling reference at this T takes minutes"
+    return None

@@ -1,0 +1,175 @@
+"""What one benchmark run measures, as plain data (dicts of floats and rows).
+
+``scripts/bench_scans.py`` renders these directly; the asv suites return them from their
+``setup_cache`` (one process measures everything, the tracks only read). On a machine
+without CUDA, ``SCANKIT_BENCH_SMOKE=1`` runs every body once on tiny CPU shapes
+(kernels through TRITON_INTERPRET=1) so a broken benchmark shows before a GPU run;
+without it, the GPU-only measurements raise ``NotImplementedError`` (asv: skipped).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from . import grid
+
+SMOKE_ENV = "SCANKIT_BENCH_SMOKE"
+
+
+def smoke() -> bool:
+    return os.environ.get(SMOKE_ENV, "0") not in ("", "0")
+
+
+def device() -> str:
+    """'cuda', or 'cpu' in a smoke run; otherwise there is nothing to measure here."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if smoke():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        return "cpu"
+    raise NotImplementedError("no CUDA device (set SCANKIT_BENCH_SMOKE=1 for a CPU smoke run)")
+
+
+def _smoke_dims(op_name: str, shape: str) -> dict:
+    from .cases import OPS
+
+    dims = dict(OPS[op_name].dims_at(grid.SHAPES[shape]), B=2, T=8)
+    for key, cap in (("D", 8), ("n", 2)):
+        if key in dims:
+            dims[key] = min(dims[key], cap)
+    return dims
+
+
+def _cpu_seconds(fn, repeats=3) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def cell_skip(op_name: str, shape: str, impl: str):
+    reason = grid.skip_reason(op_name, shape, impl)
+    if reason is None and smoke() and impl == "torch_compile":
+        reason = "smoke run on the CPU"
+    return reason
+
+
+def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> tuple[float, float | None]:
+    """(median seconds, peak CUDA bytes or None) of one registry cell."""
+    import torch
+
+    from . import measure
+    from .cases import OPS
+
+    dev = device()
+    if dev == "cpu":
+        xs = OPS[op_name].inputs(_smoke_dims(op_name, shape), device="cpu", requires_grad=direction == "fwdbwd")
+        return _cpu_seconds(measure.workload(op_name, impl, direction, xs)), None
+    xs = measure.inputs_for(op_name, shape, direction)
+    fn = measure.workload(op_name, impl, direction, xs)
+    seconds = measure.median_us(fn) * 1e-6
+    peak = measure.peak_bytes(fn)
+    del xs, fn
+    torch.cuda.empty_cache()
+    return seconds, peak
+
+
+def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter) -> dict:
+    """Every op x shape x impl x direction cell: seconds, peak bytes, skips, bytes moved."""
+    from . import measure
+    from .cases import bytes_moved
+
+    keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in grid.IMPLS]
+    seconds, peak, skipped = {}, {}, {}
+    for key in progress(keys):
+        reason = cell_skip(*key[:3])
+        if reason:
+            skipped[key] = reason
+            continue
+        seconds[key], peak[key] = measure_cell(*key)
+    moved = {}
+    for o in ops:
+        for s in shapes:
+            ins, outs = measure.meta_inputs_outputs(o, s)
+            for d in grid.DIRECTIONS:
+                moved[o, s, d] = bytes_moved(ins, outs, d)
+    return dict(seconds=seconds, peak_bytes=peak, skipped=skipped, bytes=moved)
+
+
+def copy_bandwidth() -> float:
+    from . import measure
+
+    if device() == "cpu":
+        raise NotImplementedError("copy bandwidth needs a CUDA device")
+    return measure.copy_bandwidth()
+
+
+def parity_rows(progress=iter) -> list[dict]:
+    """Every parity row: the seed grid (fp32), bf16 cases and the mixer cases."""
+    from . import measure
+
+    dev = device()
+    grid_cases = list(measure.parity_grid())
+    if dev == "cpu":  # smoke: the first case of each op, tiny
+        firsts = {}
+        for op_name, dims, dtype in grid_cases:
+            firsts.setdefault(op_name, (op_name, dict(dims, T=min(dims["T"], 5)), dtype))
+        grid_cases = list(firsts.values())
+    rows = []
+    for op_name, dims, dtype in progress(grid_cases):
+        rows += measure.parity_case(op_name, dims, device=dev, dtype=dtype)
+    for label in progress(grid.MIXER_LABELS):
+        rows += measure.mixer_parity_case(label, device=dev, batch=2 if dev == "cpu" else 128, T=5 if dev == "cpu" else 64)
+    return rows
+
+
+def parity_summary(rows) -> dict:
+    """Per (op or mixer, direction): number of failing rows and the worst error / gate."""
+    out = {}
+    for case in grid.OP_NAMES + grid.MIXER_LABELS:
+        for direction in grid.PARITY_DIRECTIONS:
+            mine = [r for r in rows if r["op"] == case and r["direction"] == direction]
+            if mine:
+                out[case, direction] = dict(failing=sum(not r["passed"] for r in mine),
+                                            margin=max(r["margin"] for r in mine))
+    return out
+
+
+def write_parity_sidecar(rows, env) -> Path | None:
+    """Inside an asv run, keep the per-case rows beside the results (keyed by commit)."""
+    commit, conf_dir = os.environ.get("ASV_COMMIT"), os.environ.get("ASV_CONF_DIR")
+    if not commit or not conf_dir:
+        return None
+    machine = os.environ.get("SCANKIT_ASV_MACHINE", "default")
+    path = Path(conf_dir) / "experiments" / "asv" / "parity" / machine / f"{commit}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(env=dict(env, commit=commit), rows=rows), indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def mixer_cells() -> dict:
+    """Seconds and peak bytes of one training step of the memory mixer, per shape and path."""
+    from . import measure
+
+    dev = device()
+    seconds, peak = {}, {}
+    for shape in grid.MEMORY_SHAPES:
+        s = grid.SHAPES[shape]
+        B, T = (2, 5) if dev == "cpu" else (s.B, s.T)
+        for path in grid.MIXER_PATHS:
+            fn = measure.mixer_train_step(grid.MEMORY_MIXER, path, B=B, T=T, device=dev)
+            if dev == "cpu":
+                seconds[shape, path], peak[shape, path] = _cpu_seconds(fn), None
+            else:
+                seconds[shape, path], peak[shape, path] = measure.median_us(fn) * 1e-6, measure.peak_bytes(fn)
+    return dict(seconds=seconds, peak_bytes=peak)
