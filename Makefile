@@ -4,7 +4,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test venv clean
+# The GPU machine's own python3 (with torch + triton) runs the asv suite: `make bench`.
+BENCH_PYTHON ?= python3
+MACHINE      ?= h200
+
+.PHONY: test venv clean bench render
 
 venv: $(STAMP)
 
@@ -18,6 +22,21 @@ $(STAMP): setup.cfg pyproject.toml requirements-test.txt
 ## test: CPU test suite; Triton kernels run through TRITON_INTERPRET=1
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto tests
+
+## bench: the asv suite on the current commit (CUDA machine), then render experiments/bench/
+bench:
+	@$(BENCH_PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" || \
+	  { echo "make bench: no CUDA device on this machine; the suite times and checks the kernels on a GPU (README: Running on a GPU machine)." >&2; exit 2; }
+	@test -z "$$(git status --porcelain --untracked-files=no -- scankit benchmarks)" || \
+	  { echo "make bench: scankit/ or benchmarks/ has uncommitted changes; results would be filed under HEAD. Commit first." >&2; exit 2; }
+	$(BENCH_PYTHON) -m asv machine --yes --machine $(MACHINE)
+	SCANKIT_ASV_MACHINE=$(MACHINE) SCANKIT_ASV_COMMIT=$$(git rev-parse HEAD) $(BENCH_PYTHON) -m asv run -E existing:$$(command -v $(BENCH_PYTHON)) \
+	  --set-commit-hash $$(git rev-parse HEAD) --machine $(MACHINE) --show-stderr
+	$(MAKE) render BENCH_PYTHON=$(BENCH_PYTHON) MACHINE=$(MACHINE)
+
+## render: experiments/bench/*.md + *.json from the newest committed asv run of MACHINE
+render:
+	$(BENCH_PYTHON) tools/render_artifacts.py --machine $(MACHINE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

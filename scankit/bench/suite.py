@@ -143,13 +143,26 @@ def parity_summary(rows) -> dict:
     return out
 
 
-def write_parity_sidecar(rows, env) -> Path | None:
-    """Inside an asv run, keep the per-case rows beside the results (keyed by commit)."""
-    commit, conf_dir = os.environ.get("ASV_COMMIT"), os.environ.get("ASV_CONF_DIR")
-    if not commit or not conf_dir:
-        return None
-    machine = os.environ.get("SCANKIT_ASV_MACHINE", "default")
-    path = Path(conf_dir) / "experiments" / "asv" / "parity" / machine / f"{commit}.json"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_parity_sidecar(rows, env) -> Path:
+    """Keep an asv run's per-case parity rows beside its results:
+    ``$SCANKIT_ASV_PARITY_DIR`` (default experiments/asv/parity) / machine / commit.json.
+
+    asv passes none of its own variables to an ``existing`` environment's benchmark
+    processes, so the machine comes from SCANKIT_ASV_MACHINE and the commit from
+    SCANKIT_ASV_COMMIT (``make bench`` sets both) or else the checkout's HEAD, which is what
+    an ``existing`` environment runs.
+    """
+    import subprocess
+
+    commit = os.environ.get("SCANKIT_ASV_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    if not commit:
+        raise RuntimeError("cannot tell which commit this asv run measures: set SCANKIT_ASV_COMMIT")
+    base = Path(os.environ.get("SCANKIT_ASV_PARITY_DIR") or REPO / "experiments" / "asv" / "parity")
+    path = base / os.environ.get("SCANKIT_ASV_MACHINE", "default") / f"{commit}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(dict(env=dict(env, commit=commit), rows=rows), indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Render experiments/bench/scan_{parity,bench,memory}.{md,json} from a committed asv run.
+
+Reads the newest run of one machine (or --commit REV) from the asv results directory and
+its benchmarks.json, plus the per-case parity rows the run kept beside them
+(experiments/asv/parity/MACHINE/COMMIT.json). Output is deterministic: the same results
+give the same bytes. A run that lacks cells the tables need is refused (exit 2), naming
+them; --partial renders it anyway with those cells marked n/a (CPU smoke runs).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime as dt
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scankit.bench import grid, report  # noqa: E402
+
+SCANS = "bench_scans.Scans"
+PARITY = "bench_parity.Parity"
+MIXERS = "bench_mixers.MixerStep"
+
+
+class RenderError(Exception):
+    """The results cannot make the artifacts (missing run, cells or sidecar)."""
+
+
+def machines(results_dir: Path) -> list[str]:
+    return sorted(p.parent.name for p in results_dir.glob("*/machine.json"))
+
+
+def _resolve(commit: str) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=ROOT,
+                             capture_output=True, text=True)
+        return out.stdout.strip() or commit
+    except OSError:
+        return commit
+
+
+def load_run(results_dir: Path, machine: str | None, commit: str | None = None) -> tuple[str, dict]:
+    """(machine, result json) of the newest run, or of ``commit``."""
+    known = machines(results_dir)
+    if machine is None:
+        if len(known) != 1:
+            raise RenderError(f"--machine is needed: {results_dir} holds machines {known or 'none'}")
+        machine = known[0]
+    if machine not in known:
+        raise RenderError(f"no results for machine {machine!r} in {results_dir} (have: {known or 'none'})")
+    runs = [json.loads(p.read_text()) for p in sorted((results_dir / machine).glob("*.json")) if p.name != "machine.json"]
+    if commit:
+        full = _resolve(commit)
+        runs = [r for r in runs if r["commit_hash"].startswith(full) or full.startswith(r["commit_hash"])]
+        if not runs:
+            raise RenderError(f"no run of commit {commit} on machine {machine!r}")
+    if not runs:
+        raise RenderError(f"machine {machine!r} has no runs in {results_dir}")
+    return machine, max(runs, key=lambda r: (r.get("date") or 0, r["commit_hash"]))
+
+
+def values(run: dict, name: str) -> dict:
+    """{param tuple: value} of one benchmark in a run (None where asv recorded no value)."""
+    entry = run["results"].get(name)
+    if entry is None:
+        return {}
+    cols = run["result_columns"]
+    result, params = entry[cols.index("result")], entry[cols.index("params")]
+    combos = itertools.product(*[[ast.literal_eval(p) for p in ps] for ps in params]) if params else [()]
+    if not isinstance(result, list):
+        result = [result]
+    clean = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v  # noqa: E731
+    return {combo: clean(v) for combo, v in zip(combos, result)}
+
+
+def _need(table: dict, key, missing: list, label: str):
+    value = table.get(key)
+    if value is None:
+        missing.append(label)
+    return value
+
+
+def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit: str | None = None,
+           partial: bool = False) -> list[Path]:
+    from scankit.bench import measure  # the byte model needs torch (meta tensors only)
+    from scankit.bench.cases import bytes_moved
+
+    machine, run = load_run(results_dir, machine, commit)
+    known = json.loads((results_dir / "benchmarks.json").read_text()) if (results_dir / "benchmarks.json").exists() else {}
+    absent = [n for n in (f"{SCANS}.track_time", f"{PARITY}.track_failing_cases", f"{MIXERS}.track_step_time")
+              if n not in known]
+    if absent:
+        raise RenderError(f"{results_dir / 'benchmarks.json'} does not list {absent}: run `asv run` (or `asv check`) first")
+    commit_hash = run["commit_hash"]
+    sidecar = results_dir.parent / "parity" / machine / f"{commit_hash}.json"
+    if not sidecar.exists():
+        raise RenderError(f"the run of {commit_hash[:12]} on {machine!r} kept no parity rows ({sidecar} is missing)")
+    parity = json.loads(sidecar.read_text())
+    when = dt.datetime.fromtimestamp(run["date"] / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env = dict(parity["env"], commit=commit_hash, time=when, machine=machine)
+    missing: list[str] = []
+
+    times, peaks = values(run, f"{SCANS}.track_time"), values(run, f"{SCANS}.track_peak_cuda_memory")
+    cells = dict(seconds={}, peak_bytes={}, skipped={}, bytes={})
+    for op in grid.OP_NAMES:
+        for shape in grid.SHAPES:
+            ins, outs = measure.meta_inputs_outputs(op, shape)
+            for direction in grid.DIRECTIONS:
+                cells["bytes"][op, shape, direction] = bytes_moved(ins, outs, direction)
+                for impl in grid.IMPLS:
+                    key = (op, shape, impl, direction)
+                    reason = grid.skip_reason(op, shape, impl)
+                    if reason:
+                        cells["skipped"][key] = reason
+                        continue
+                    label = f"{SCANS}.track_time{key}"
+                    cells["seconds"][key] = _need(times, key, missing, label)
+                    cells["peak_bytes"][key] = _need(peaks, key, missing, f"{SCANS}.track_peak_cuda_memory{key}")
+    copy_bw = _need(values(run, "bench_scans.track_copy_bandwidth"), (), missing, "bench_scans.track_copy_bandwidth")
+
+    failing = values(run, f"{PARITY}.track_failing_cases")
+    for case in grid.OP_NAMES + grid.MIXER_LABELS:
+        for direction in grid.PARITY_DIRECTIONS:
+            rows = [r for r in parity["rows"] if r["op"] == case and r["direction"] == direction]
+            count = _need(failing, (case, direction), missing, f"{PARITY}.track_failing_cases{(case, direction)}")
+            if rows and count is not None and count != sum(not r["passed"] for r in rows):
+                raise RenderError(f"parity rows of {case}/{direction} disagree with the asv track ({count} failing)")
+
+    mixer_t, mixer_m = values(run, f"{MIXERS}.track_step_time"), values(run, f"{MIXERS}.track_peak_cuda_memory")
+    mixer = dict(seconds={}, peak_bytes={})
+    for key in itertools.product(grid.MEMORY_SHAPES, grid.MIXER_PATHS):
+        mixer["seconds"][key] = _need(mixer_t, key, missing, f"{MIXERS}.track_step_time{key}")
+        mixer["peak_bytes"][key] = _need(mixer_m, key, missing, f"{MIXERS}.track_peak_cuda_memory{key}")
+
+    if missing and not partial:
+        shown = "\n  ".join(missing[:20]) + (f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else "")
+        raise RenderError(f"the run of {commit_hash[:12]} on {machine!r} lacks {len(missing)} cells the tables "
+                          f"need:\n  {shown}\n(render it anyway with --partial)")
+    env["partial"] = bool(missing)
+    for table in (cells["seconds"], cells["peak_bytes"]):
+        for key in [k for k, v in table.items() if v is None]:
+            del table[key]
+    paths = report.write("scan_bench", report.bench_payload(env, cells, copy_bw), out_dir)
+    paths += report.write("scan_parity", report.parity_payload(env, parity["rows"]), out_dir)
+    if all(v is not None for v in mixer["seconds"].values()):
+        peaks_ok = all(v is not None for v in mixer["peak_bytes"].values())
+        paths += report.write("scan_memory", report.memory_payload(env, mixer) if peaks_ok else
+                              dict(env=env, rows=[], ratios=[]), out_dir)
+    return paths
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results-dir", default=str(ROOT / "experiments" / "asv" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "experiments" / "bench"), help="output folder")
+    parser.add_argument("--machine", help="asv machine name (needed when the results hold several)")
+    parser.add_argument("--commit", help="render this commit's run instead of the newest")
+    parser.add_argument("--partial", action="store_true", help="render a run that lacks cells, marking them n/a")
+    args = parser.parse_args(argv)
+    try:
+        for path in render(Path(args.results_dir), Path(args.out), args.machine, args.commit, args.partial):
+            print(f"wrote {path}")
+    except RenderError as exc:
+        print(f"render_artifacts: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
