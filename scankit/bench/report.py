@@ -28,7 +28,8 @@ def environment(commit: str | None = None) -> dict:
             driver = "unknown"
     if commit is None:
         root = Path(__file__).resolve().parents[2]
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+        out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "HEAD"], cwd=root, capture_output=True, text=True)
+        commit = out.stdout.strip() if out.returncode == 0 else None
     return dict(
         torch=torch.__version__, triton=triton_version,
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
