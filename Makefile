@@ -21,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml requirements-test.txt
 
 ## test: CPU test suite; Triton kernels run through TRITON_INTERPRET=1
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto tests
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto --dist loadgroup tests
 
 ## bench: the asv suite on the current commit (CUDA machine), then render experiments/bench/
 bench:

@@ -1,6 +1,6 @@
 """Correctness as history: failing parity cases and worst error / gate, per op (or mixer)
 and direction. The per-case rows are kept beside the results (suite.write_parity_sidecar)."""
-from benchmarks._adapter import cached, long_setup_cache
+from benchmarks._adapter import long_setup_cache
 from scankit.bench import grid
 
 
@@ -18,11 +18,11 @@ class Parity:
         return suite.parity_summary(rows)
 
     def track_failing_cases(self, summary, case, direction):
-        return cached(summary, (case, direction))["failing"]
+        return summary[case, direction]["failing"]
 
     track_failing_cases.unit = "cases"
 
     def track_worst_error_over_gate(self, summary, case, direction):
-        return cached(summary, (case, direction))["margin"]
+        return summary[case, direction]["margin"]
 
     track_worst_error_over_gate.unit = "error/gate"

@@ -1,0 +1,128 @@
+"""The performance pipeline on the CPU: asv discovers and runs the suite (smoke mode:
+tiny shapes, kernels through the interpreter), render_artifacts turns real asv results
+into the artifacts, and the committed artifacts are what the committed results render to."""
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("asv")
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("asv")  # one smoke asv run per session
+
+
+def run(args, **kwargs):
+    return subprocess.run(args, capture_output=True, text=True, **kwargs)
+
+
+def render(*args):
+    return run([sys.executable, str(ROOT / "tools" / "render_artifacts.py"), *args])
+
+
+def test_asv_check_discovers_the_whole_suite():
+    out = run([sys.executable, "-m", "asv", "check", "-E", f"existing:{sys.executable}"], cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "No problems found" in out.stdout
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory):
+    """A real `asv run` of the whole suite on this CPU into a temporary results dir."""
+    base = tmp_path_factory.mktemp("asv")
+    results = base / "experiments" / "asv" / "results"
+    conf = dict(version=1, project="scankit", repo=str(ROOT), branches=["main"], environment_type="existing",
+                launch_method="spawn", benchmark_dir=str(ROOT / "benchmarks"), env_dir=str(base / "env"),
+                results_dir=str(results), html_dir=str(base / "html"), install_command=[], uninstall_command=[],
+                build_command=[])
+    (base / "asv.conf.json").write_text(json.dumps(conf))
+    (base / "home").mkdir()
+    commit = run(["git", "rev-parse", "HEAD"], cwd=ROOT).stdout.strip()
+    env = dict(os.environ, HOME=str(base / "home"), SCANKIT_BENCH_SMOKE="1", TRITON_INTERPRET="1",
+               SCANKIT_ASV_MACHINE="smoke", SCANKIT_ASV_COMMIT=commit,
+               SCANKIT_ASV_PARITY_DIR=str(base / "experiments" / "asv" / "parity"))
+    asv = [sys.executable, "-m", "asv"]
+    assert run(asv + ["machine", "--yes", "--machine", "smoke"], cwd=base, env=env).returncode == 0
+    out = run(asv + ["run", "-E", f"existing:{sys.executable}", "--set-commit-hash", commit, "--machine", "smoke"],
+              cwd=base, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return dict(base=base, results=results, commit=commit)
+
+
+def asv_values(results_dir, name):
+    """{params: value} through asv's own results API (independent of the renderer's reader)."""
+    from asv.results import Results
+
+    path = next(p for p in (results_dir / "smoke").glob("*.json") if p.name != "machine.json")
+    res = Results.load(str(path))
+    params = res.get_result_params(name)
+    values = res.get_result_value(name, params)
+    return dict(zip(itertools.product(*[[eval(p) for p in ps] for ps in params]), values))
+
+
+def test_every_benchmark_body_ran_on_the_cpu(smoke):
+    from scankit.bench import grid
+
+    times = asv_values(smoke["results"], "bench_scans.Scans.track_time")
+    for op, shape, direction in itertools.product(grid.OP_NAMES, grid.SHAPES, grid.DIRECTIONS):
+        for impl in ("triton", "eager"):
+            if grid.skip_reason(op, shape, impl) is None:
+                assert times[op, shape, impl, direction] > 0, (op, shape, impl, direction)
+    failing = asv_values(smoke["results"], "bench_parity.Parity.track_failing_cases")
+    assert set(failing.values()) == {0}, failing
+    steps = asv_values(smoke["results"], "bench_mixers.MixerStep.track_step_time")
+    assert all(v > 0 for v in steps.values())
+
+
+def test_render_refuses_a_run_that_lacks_cells(smoke, tmp_path):
+    out = render("--results-dir", str(smoke["results"]), "--out", str(tmp_path))
+    assert out.returncode == 2
+    assert "lacks" in out.stderr and "bench_scans.track_copy_bandwidth" in out.stderr
+    assert not list(tmp_path.iterdir()), "a refused run must write nothing"
+
+
+def test_render_partial_matches_the_asv_results(smoke, tmp_path):
+    from scankit.bench import grid
+
+    out = render("--results-dir", str(smoke["results"]), "--out", str(tmp_path), "--partial")
+    assert out.returncode == 0, out.stderr
+    md = (tmp_path / "scan_bench.md").read_text()
+    assert f"commit `{smoke['commit'][:12]}`" in md and "partial run" in md
+    times = asv_values(smoke["results"], "bench_scans.Scans.track_time")
+    for op, shape, direction in itertools.product(grid.OP_NAMES, grid.SHAPES, grid.DIRECTIONS):
+        tri, eag = times[op, shape, "triton", direction], times.get((op, shape, "eager", direction))
+        eager = f"{eag * 1e6:,.1f}" if eag is not None else "skipped"
+        ratio = f"{eag / tri:.2f}×" if eag is not None else ""
+        assert f"| {op} | {shape} | {direction} | {tri * 1e6:,.1f} | {eager} | skipped | {ratio} |" in md
+    parity = json.loads((tmp_path / "scan_parity.json").read_text())
+    assert parity["rows"] and all(r["passed"] for r in parity["rows"])
+    assert f"**{len(parity['rows'])} / {len(parity['rows'])} pass**" in (tmp_path / "scan_parity.md").read_text()
+
+
+def test_render_is_deterministic(smoke, tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        assert render("--results-dir", str(smoke["results"]), "--out", str(out), "--partial").returncode == 0
+    for path in first.iterdir():
+        assert path.read_bytes() == (second / path.name).read_bytes(), path.name
+
+
+def test_render_names_a_missing_commit_or_machine(smoke, tmp_path):
+    out = render("--results-dir", str(smoke["results"]), "--out", str(tmp_path), "--commit", "0" * 40)
+    assert out.returncode == 2 and "no run of commit" in out.stderr
+    out = render("--results-dir", str(smoke["results"]), "--out", str(tmp_path), "--machine", "nope")
+    assert out.returncode == 2 and "no results for machine 'nope'" in out.stderr
+
+
+def test_committed_artifacts_are_the_render_of_the_committed_results(tmp_path):
+    results = ROOT / "experiments" / "asv" / "results"
+    if not (results / "h200").exists():
+        pytest.skip("no committed H200 run yet")
+    out = render("--machine", "h200", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    for path in sorted(tmp_path.iterdir()):
+        committed = ROOT / "experiments" / "bench" / path.name
+        assert committed.read_bytes() == path.read_bytes(), f"{committed} differs from the render of the results"
