@@ -126,3 +126,5 @@ def test_committed_artifacts_are_the_render_of_the_committed_results(tmp_path):
     for path in sorted(tmp_path.iterdir()):
         committed = ROOT / "experiments" / "bench" / path.name
         assert committed.read_bytes() == path.read_bytes(), f"{committed} differs from the render of the results"
+    readme = (ROOT / "README.md").read_text()
+    assert (tmp_path / "scan_headline.md").read_text().strip() in readme, "README headline is not the rendered one"

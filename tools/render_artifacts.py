@@ -147,13 +147,51 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     for table in (cells["seconds"], cells["peak_bytes"]):
         for key in [k for k, v in table.items() if v is None]:
             del table[key]
-    paths = report.write("scan_bench", report.bench_payload(env, cells, copy_bw), out_dir)
+    bench = report.bench_payload(env, cells, copy_bw)
+    paths = report.write("scan_bench", bench, out_dir)
     paths += report.write("scan_parity", report.parity_payload(env, parity["rows"]), out_dir)
     if all(v is not None for v in mixer["seconds"].values()):
         peaks_ok = all(v is not None for v in mixer["peak_bytes"].values())
-        paths += report.write("scan_memory", report.memory_payload(env, mixer) if peaks_ok else
-                              dict(env=env, rows=[], ratios=[]), out_dir)
+        memory = report.memory_payload(env, mixer) if peaks_ok else dict(env=env, rows=[], ratios=[])
+        paths += report.write("scan_memory", memory, out_dir)
+        if not missing:
+            headline = headline_payload(env, bench, parity["rows"], memory)
+            paths.append(write_text(out_dir / "scan_headline.md", report.render("scan_headline", headline)))
     return paths
+
+
+def headline_payload(env, bench, parity_rows, memory) -> dict:
+    """The README's headline: every op at `large`, parity count, the fused mixer's memory."""
+    large = []
+    for op in grid.OP_NAMES:
+        cells = {r["direction"]: r for r in bench["rows"] if r["op"] == op and r["shape"] == "large"}
+        large.append((op, cells))
+    lab = [r for r in memory["rows"] if r["shape"].startswith("lab")]
+    return dict(env=env, copy_bw=bench["copy_bw"], large=large, memory=lab,
+                passed=sum(r["passed"] for r in parity_rows), total=len(parity_rows))
+
+
+BEGIN, END = "<!-- headline:begin (tools/render_artifacts.py writes this block) -->", "<!-- headline:end -->"
+
+
+def write_text(path: Path, text: str) -> Path:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def update_readme(readme: Path, headline: Path) -> bool:
+    """Replace the README's headline block with the rendered one; True when it changed."""
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise RenderError(f"{readme} has no headline markers ({BEGIN} ... {END})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{BEGIN}\n{headline.read_text().strip()}\n{END}{tail}"
+    if new != text:
+        write_text(readme, new)
+    return new != text
 
 
 def main(argv=None) -> int:
@@ -163,10 +201,13 @@ def main(argv=None) -> int:
     parser.add_argument("--machine", help="asv machine name (needed when the results hold several)")
     parser.add_argument("--commit", help="render this commit's run instead of the newest")
     parser.add_argument("--partial", action="store_true", help="render a run that lacks cells, marking them n/a")
+    parser.add_argument("--readme", help="also write the headline block of this README (make render passes README.md)")
     args = parser.parse_args(argv)
     try:
         for path in render(Path(args.results_dir), Path(args.out), args.machine, args.commit, args.partial):
             print(f"wrote {path}")
+            if args.readme and path.name == "scan_headline.md" and update_readme(Path(args.readme), path):
+                print(f"wrote {args.readme} (headline block)")
     except RenderError as exc:
         print(f"render_artifacts: {exc}", file=sys.stderr)
         return 2
