@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("asv")
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.xdist_group("asv")  # one smoke asv run per session
+pytestmark = pytest.mark.xdist_group(name="asv")  # one worker, one smoke asv run
 
 
 def run(args, **kwargs):

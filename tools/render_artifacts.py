@@ -10,12 +10,9 @@ them; --partial renders it anyway with those cells marked n/a (CPU smoke runs).
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime as dt
 import itertools
 import json
-import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,61 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scankit.bench import grid, report  # noqa: E402
+from scankit.bench.asv_results import ResultsError, benchmarks, load_run, values  # noqa: E402
 
 SCANS = "bench_scans.Scans"
 PARITY = "bench_parity.Parity"
 MIXERS = "bench_mixers.MixerStep"
 
 
-class RenderError(Exception):
-    """The results cannot make the artifacts (missing run, cells or sidecar)."""
-
-
-def machines(results_dir: Path) -> list[str]:
-    return sorted(p.parent.name for p in results_dir.glob("*/machine.json"))
-
-
-def _resolve(commit: str) -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=ROOT,
-                             capture_output=True, text=True)
-        return out.stdout.strip() or commit
-    except OSError:
-        return commit
-
-
-def load_run(results_dir: Path, machine: str | None, commit: str | None = None) -> tuple[str, dict]:
-    """(machine, result json) of the newest run, or of ``commit``."""
-    known = machines(results_dir)
-    if machine is None:
-        if len(known) != 1:
-            raise RenderError(f"--machine is needed: {results_dir} holds machines {known or 'none'}")
-        machine = known[0]
-    if machine not in known:
-        raise RenderError(f"no results for machine {machine!r} in {results_dir} (have: {known or 'none'})")
-    runs = [json.loads(p.read_text()) for p in sorted((results_dir / machine).glob("*.json")) if p.name != "machine.json"]
-    if commit:
-        full = _resolve(commit)
-        runs = [r for r in runs if r["commit_hash"].startswith(full) or full.startswith(r["commit_hash"])]
-        if not runs:
-            raise RenderError(f"no run of commit {commit} on machine {machine!r}")
-    if not runs:
-        raise RenderError(f"machine {machine!r} has no runs in {results_dir}")
-    return machine, max(runs, key=lambda r: (r.get("date") or 0, r["commit_hash"]))
-
-
-def values(run: dict, name: str) -> dict:
-    """{param tuple: value} of one benchmark in a run (None where asv recorded no value)."""
-    entry = run["results"].get(name)
-    if entry is None:
-        return {}
-    cols = run["result_columns"]
-    result, params = entry[cols.index("result")], entry[cols.index("params")]
-    combos = itertools.product(*[[ast.literal_eval(p) for p in ps] for ps in params]) if params else [()]
-    if not isinstance(result, list):
-        result = [result]
-    clean = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v  # noqa: E731
-    return {combo: clean(v) for combo, v in zip(combos, result)}
+RenderError = ResultsError
 
 
 def _need(table: dict, key, missing: list, label: str):
@@ -93,7 +43,7 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     from scankit.bench.cases import bytes_moved
 
     machine, run = load_run(results_dir, machine, commit)
-    known = json.loads((results_dir / "benchmarks.json").read_text()) if (results_dir / "benchmarks.json").exists() else {}
+    known = benchmarks(results_dir)
     absent = [n for n in (f"{SCANS}.track_time", f"{PARITY}.track_failing_cases", f"{MIXERS}.track_step_time")
               if n not in known]
     if absent:

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .common import empty_like_shape as _empty, num_chunks, on_gpu
+from .common import empty_like_shape as _empty, num_chunks, on_gpu, register_prefix_scan_autograd
 
 
 @triton.jit
@@ -256,20 +256,4 @@ def _(A, h0, Abar, out, g_Abar, g_out):
     return _empty(A.shape, A), _empty(g_out.shape, A), _empty(h0.shape if h0 is not None else (0,), A)
 
 
-def _setup(ctx, inputs, output):
-    A, _, h0, return_prefix = inputs
-    ctx.return_prefix = return_prefix
-    ctx.has_h0 = h0 is not None and not return_prefix
-    ctx.save_for_backward(A, h0 if ctx.has_h0 else None, *output)
-
-
-def _backward_rule(ctx, g_Abar, g_out):
-    A, h0, Abar, out = ctx.saved_tensors
-    if g_out is None:
-        g_out = torch.zeros_like(out)
-    g_Abar = (g_Abar if g_Abar is not None else torch.zeros_like(Abar)) if ctx.return_prefix else None
-    dA, dB, dh0 = affine_scan_bwd(A, h0, Abar, out, g_Abar, g_out)
-    return dA, dB, (dh0 if ctx.has_h0 else None), None
-
-
-affine_scan_fwd.register_autograd(_backward_rule, setup_context=_setup)
+register_prefix_scan_autograd(affine_scan_fwd, affine_scan_bwd)

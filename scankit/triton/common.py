@@ -57,3 +57,30 @@ def check_envelope(op: str, *tensors, kv=None) -> None:
 def empty_like_shape(shape, like: torch.Tensor) -> torch.Tensor:
     """A contiguous empty tensor of ``shape`` with ``like``'s dtype and device (fake impls)."""
     return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def register_prefix_scan_autograd(fwd_op, bwd_op) -> None:
+    """Autograd of an affine scan op ``fwd(coeffs, inputs, h0, return_prefix) -> (prefix, states)``
+    through ``bwd(coeffs, h0, prefix, states, g_prefix, g_states) -> (d_coeffs, d_inputs, d_h0)``.
+
+    With ``return_prefix`` the prefix output is real and h0 unused; without it the prefix is
+    an empty placeholder and the states start from h0."""
+
+    def setup(ctx, inputs, output):
+        coeffs, _, h0, return_prefix = inputs
+        ctx.return_prefix = return_prefix
+        ctx.has_h0 = h0 is not None and not return_prefix
+        ctx.save_for_backward(coeffs, h0 if ctx.has_h0 else None, *output)
+
+    def backward(ctx, g_prefix, g_states):
+        coeffs, h0, prefix, states = ctx.saved_tensors
+        if g_states is None:
+            g_states = torch.zeros_like(states)
+        if ctx.return_prefix:
+            g_prefix = g_prefix if g_prefix is not None else torch.zeros_like(prefix)
+        else:
+            g_prefix = None
+        d_coeffs, d_inputs, d_h0 = bwd_op(coeffs, h0, prefix, states, g_prefix, g_states)
+        return d_coeffs, d_inputs, (d_h0 if ctx.has_h0 else None), None
+
+    fwd_op.register_autograd(backward, setup_context=setup)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .common import empty_like_shape as _empty, num_chunks, tiles
+from .common import empty_like_shape as _empty, num_chunks, register_prefix_scan_autograd, tiles
 
 
 @triton.jit
@@ -284,23 +284,7 @@ def _(a, h0, prod, h, g_prod, g_h):
     return _empty(a.shape, a), _empty(a.shape, a), _empty(h0.shape if h0 is not None else (0,), a)
 
 
-def _linear_setup(ctx, inputs, output):
-    a, b, h0, return_prefix = inputs
-    ctx.return_prefix = return_prefix
-    ctx.has_h0 = h0 is not None and not return_prefix
-    ctx.save_for_backward(a, h0 if ctx.has_h0 else None, *output)
-
-
-def _linear_backward(ctx, g_prod, g_h):
-    a, h0, prod, h = ctx.saved_tensors
-    if g_h is None:
-        g_h = torch.zeros_like(h)
-    g_prod = (g_prod if g_prod is not None else torch.zeros_like(prod)) if ctx.return_prefix else None
-    da, db, dh0 = linear_scan_bwd(a, h0, prod, h, g_prod, g_h)
-    return da, db, (dh0 if ctx.has_h0 else None), None
-
-
-linear_scan_fwd.register_autograd(_linear_backward, setup_context=_linear_setup)
+register_prefix_scan_autograd(linear_scan_fwd, linear_scan_bwd)
 
 
 @triton_op("scankit::log_scan_fwd", mutates_args={})

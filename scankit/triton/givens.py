@@ -39,6 +39,14 @@ def _partner(h, select):
 
 
 @triton.jit
+def _rotate(u, ang_ptr, base, r, s_r, s_p, mask, K: tl.constexpr, PAR: tl.constexpr):
+    """Round r (parity PAR) of plane rotations on (BN, K) rows u, from the angles."""
+    first, pair, select, sign = _round_tables(K, PAR)
+    c, s = _angles(ang_ptr, base, pair, r, s_r, s_p, mask)
+    return c * u + sign[None, :] * s * _partner(u, select)
+
+
+@triton.jit
 def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
     th = tl.load(ang_ptr + base[:, None] + r * s_r + pair[None, :] * s_p, mask=mask, other=0.0).to(tl.float32)
     return tl.cos(th), tl.sin(th)
@@ -67,9 +75,7 @@ def _fwd_kernel(
             u = tl.where(i[None, :] == 1, u * sc[:, None], u)
         base = bi * sa_b + t * sa_t + n * sa_n
         for r in tl.static_range(R):
-            first, pair, select, sign = _round_tables(K, r % 2)
-            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
-            u = c * u + sign[None, :] * s * _partner(u, select)
+            u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, K, r % 2)
         if HAS_GAMMA:
             u = u * tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)[:, None]
         bt = tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=m2, other=0.0)
@@ -107,9 +113,7 @@ def _bwd_kernel(
             u = tl.where(i[None, :] == 1, u * sc[:, None], u)
         base = bi * sa_b + t * sa_t + n * sa_n
         for r in tl.static_range(R):  # recompute the step's rotations
-            first, pair, select, sign = _round_tables(K, r % 2)
-            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
-            u = c * u + sign[None, :] * s * _partner(u, select)
+            u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, K, r % 2)
         du = gh
         if HAS_GAMMA:
             gm = tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)
@@ -123,7 +127,7 @@ def _bwd_kernel(
             dth = cross - _partner(cross, select)          # at a pair's first row: u'_i du'_j - u'_j du'_i
             d_off = (side + t * N)[:, None] * (R * (K // 2)) + r * (K // 2) + pair[None, :]
             tl.store(dang_ptr + d_off, dth.to(dang_ptr.dtype.element_ty), mask=m2 & first[None, :])
-            du = c * du - sign[None, :] * s * _partner(du, select)   # G_r^T du
+            du = c * du - sign[None, :] * s * _partner(du, select)   # G_r^T du (angles already loaded)
             u = c * u - sign[None, :] * s * _partner(u, select)      # G_r^T u
         if HAS_SCALE:
             dsc = tl.sum(tl.where(i[None, :] == 1, du * hp, 0.0), axis=1)

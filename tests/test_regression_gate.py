@@ -1,0 +1,126 @@
+"""tools/check_regressions.py on the committed H200 asv results (real asv output), with
+changes injected into a copy filed under another commit."""
+import copy
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "asv" / "results"
+HEAD = "f" * 40
+TIME = "bench_scans.Scans.track_time"
+
+
+def gate(*args):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "check_regressions.py"), *args],
+                          capture_output=True, text=True)
+
+
+@pytest.fixture
+def results(tmp_path):
+    if not (RESULTS / "h200").exists():
+        pytest.skip("no committed H200 run")
+    shutil.copytree(RESULTS, tmp_path / "results")
+    base_file = next(p for p in (tmp_path / "results" / "h200").glob("*.json") if p.name != "machine.json")
+    base = json.loads(base_file.read_text())
+    return tmp_path / "results", base_file, base
+
+
+def file_head(results_dir, base, edit):
+    """A copy of the base run under commit HEAD, later, with ``edit`` applied to it."""
+    run = copy.deepcopy(base)
+    run["commit_hash"], run["date"] = HEAD, base["date"] + 1000
+    edit(run)
+    (results_dir / "h200" / f"{HEAD[:8]}-{run['env_name']}.json").write_text(json.dumps(run))
+    return base["commit_hash"]
+
+
+def set_result(run, name, index, factor=None, value=None):
+    result = run["results"][name][run["result_columns"].index("result")]
+    result[index] = result[index] * factor if factor is not None else value
+
+
+def test_identical_results_pass(results):
+    results_dir, _, base = results
+    base_hash = file_head(results_dir, base, lambda run: None)
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 changed, 0 regressions" in out.stdout
+
+
+def test_injected_slowdown_fails_naming_the_benchmark(results):
+    results_dir, _, base = results
+    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 0, factor=1.5))
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "1 regressions" in out.stdout
+    assert f"| {TIME} | parallel_scan_log, lab, triton, fwd |" in out.stdout and "1.50×" in out.stdout
+    assert "**slower**" in out.stdout
+
+
+def test_slowdown_under_the_factor_and_speedups_pass(results):
+    results_dir, _, base = results
+
+    def edit(run):
+        set_result(run, TIME, 0, factor=1.05)
+        set_result(run, TIME, 1, factor=0.5)
+
+    base_hash = file_head(results_dir, base, edit)
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 0, out.stdout
+    assert "faster" in out.stdout and "1 changed, 0 regressions" in out.stdout
+
+
+def test_slowdown_inside_the_noise_is_not_a_regression(results):
+    results_dir, base_file, base = results
+    cols = base["result_columns"]
+
+    def with_ci(run, lo, hi):
+        entry = run["results"][TIME]
+        n = len(entry[cols.index("result")])
+        while len(entry) <= cols.index("stats_ci_99_b"):
+            entry.append(None)
+        entry[cols.index("stats_ci_99_a")] = [lo] * n
+        entry[cols.index("stats_ci_99_b")] = [hi] * n
+
+    noisy = copy.deepcopy(base)
+    with_ci(noisy, 0.0, 1.0)
+    base_file.write_text(json.dumps(noisy))
+
+    def edit(run):
+        set_result(run, TIME, 0, factor=1.5)
+
+    base_hash = file_head(results_dir, noisy, edit)
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 0, out.stdout
+    assert "inside the noise" in out.stdout
+
+
+def test_parity_failure_fails(results):
+    results_dir, _, base = results
+    base_hash = file_head(results_dir, base, lambda run: set_result(
+        run, "bench_parity.Parity.track_failing_cases", 0, value=3))
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 1
+    assert "parity now failing" in out.stdout
+
+
+def test_benchmark_with_no_value_now_fails(results):
+    results_dir, _, base = results
+    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 0, value=None))
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 1 and "newly failing" in out.stdout
+
+
+def test_missing_commit_and_bad_arguments_exit_2(results):
+    results_dir, _, base = results
+    out = gate("--base", "0123456789abcdef", "--head", base["commit_hash"], "--results-dir", str(results_dir))
+    assert out.returncode == 2 and "no run of commit 0123456789abcdef" in out.stderr
+    assert gate("--base", "x", "--head", "y", "--factor", "0.9", "--results-dir", str(results_dir)).returncode == 2
+    assert gate("--head", "y").returncode == 2
+    out = gate("--base", "x", "--head", "y", "--results-dir", str(results_dir / "nowhere"))
+    assert out.returncode == 2 and "no results for machine" in out.stderr or "holds machines" in out.stderr
