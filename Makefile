@@ -8,7 +8,9 @@ STAMP  := $(VENV)/.installed
 BENCH_PYTHON ?= python3
 MACHINE      ?= h200
 
-.PHONY: test venv clean bench render
+PORT         ?= 8080
+
+.PHONY: test venv clean bench render dashboard
 
 venv: $(STAMP)
 
@@ -38,6 +40,12 @@ bench:
 ## render: experiments/bench/*.md + *.json from the newest committed asv run of MACHINE
 render:
 	$(BENCH_PYTHON) tools/render_artifacts.py --machine $(MACHINE) --readme README.md
+
+## dashboard: the committed history as asv's HTML dashboard, assets vendored (works offline), on localhost
+dashboard: $(STAMP)
+	$(PY) tools/dashboard/publish.py --html-dir .asv/html
+	@echo "dashboard: http://127.0.0.1:$(PORT)/   (Ctrl-C stops it)"
+	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory .asv/html
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
