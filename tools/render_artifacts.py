@@ -90,7 +90,12 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
         mixer["peak_bytes"][key] = _need(mixer_m, key, missing, f"{MIXERS}.track_peak_cuda_memory{key}")
 
     if missing and not partial:
-        shown = "\n  ".join(missing[:20]) + (f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else "")
+        by_bench: dict[str, list[str]] = {}
+        for label in missing:
+            name, _, params = label.partition("(")
+            by_bench.setdefault(name, []).append(f"({params}" if params else "")
+        shown = "\n  ".join(f"{name}: {len(cells)} cell(s), e.g. {cells[0] or '(no params)'}"
+                            for name, cells in sorted(by_bench.items()))
         raise RenderError(f"the run of {commit_hash[:12]} on {machine!r} lacks {len(missing)} cells the tables "
                           f"need:\n  {shown}\n(render it anyway with --partial)")
     env["partial"] = bool(missing)

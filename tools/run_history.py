@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Run the asv suite offline for every commit of a range, each commit's code in isolation.
+
+    python tools/run_history.py REV_RANGE [--machine h200] [--python python3] [--bench REGEX] [--dry-run]
+
+Each commit is checked out in its own git worktree and measured by its own suite (its
+asv.conf.json and benchmarks/) in an asv ``existing`` environment, into a staging results
+dir; the result (and its parity rows) is then merged into the committed database
+(experiments/asv/results). Commits that already have a complete result on the machine are
+skipped; a partial new result never replaces a complete one. Commits without an asv suite
+are skipped, said so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from scankit.bench.asv_results import ResultsError  # noqa: E402
+
+
+def git(*args, cwd=ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commits(rev_range: str) -> list[str]:
+    return git("rev-list", "--reverse", "--first-parent", rev_range).split() if ".." in rev_range \
+        else [git("rev-parse", rev_range)]
+
+
+def complete(results_dir: Path, machine: str, commit: str) -> bool:
+    """Whether the database holds a result of ``commit`` that the renderer accepts whole."""
+    from render_artifacts import render
+
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            render(results_dir, Path(out), machine, commit)
+        return True
+    except (ResultsError, KeyError, ValueError):
+        return False
+
+
+def result_files(results_dir: Path, machine: str, commit: str) -> list[Path]:
+    return [p for p in (results_dir / machine).glob(f"{commit[:8]}-*.json")]
+
+
+def measure(commit: str, machine: str, python: str, bench: str | None, stage: Path) -> Path:
+    """asv run of ``commit`` in a worktree into ``stage``; returns the staged results dir."""
+    tree = stage / "tree"
+    git("worktree", "add", "--detach", str(tree), commit)
+    try:
+        conf = json.loads(subprocess.run([python, "-c", "import asv.util, json, sys; "
+                                          "print(json.dumps(asv.util.load_json(sys.argv[1], js_comments=True)))",
+                                          str(tree / "asv.conf.json")], check=True, capture_output=True,
+                                         text=True).stdout)
+        results = stage / "results"
+        conf.update(repo=str(ROOT), benchmark_dir=str(tree / "benchmarks"), results_dir=str(results),
+                    env_dir=str(stage / "env"), html_dir=str(stage / "html"))
+        (stage / "asv.conf.json").write_text(json.dumps(conf))
+        env = dict(os.environ, SCANKIT_ASV_MACHINE=machine, SCANKIT_ASV_COMMIT=commit,
+                   SCANKIT_ASV_PARITY_DIR=str(stage / "parity"))
+        asv = [python, "-m", "asv"]
+        subprocess.run(asv + ["machine", "--yes", "--machine", machine], cwd=stage, env=env, check=True)
+        cmd = asv + ["run", "-E", f"existing:{shutil.which(python) or python}", "--set-commit-hash", commit,
+                     "--machine", machine]
+        subprocess.run(cmd + (["--bench", bench] if bench else []), cwd=stage, env=env)
+        return stage
+    finally:
+        git("worktree", "remove", "--force", str(tree))
+
+
+def merge(stage: Path, results_dir: Path, machine: str, commit: str) -> str:
+    """Move the staged result into the database unless that would replace a complete one."""
+    staged = result_files(stage / "results", machine, commit)
+    if not staged:
+        return "no result produced"
+    had_complete = complete(results_dir, machine, commit)
+    staged_complete = complete(stage / "results", machine, commit) if (stage / "parity").exists() else False
+    if had_complete and not staged_complete:
+        return "kept the complete result already there (the new one is partial)"
+    (results_dir / machine).mkdir(parents=True, exist_ok=True)
+    for path in result_files(results_dir, machine, commit):
+        path.unlink()
+    for path in staged:
+        shutil.copy2(path, results_dir / machine / path.name)
+    for name in ("machine.json",):
+        if not (results_dir / machine / name).exists():
+            shutil.copy2(stage / "results" / machine / name, results_dir / machine / name)
+    if (stage / "results" / "benchmarks.json").exists():
+        shutil.copy2(stage / "results" / "benchmarks.json", results_dir / "benchmarks.json")
+    parity = stage / "parity" / machine / f"{commit}.json"
+    if parity.exists():
+        target = results_dir.parent / "parity" / machine
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(parity, target / parity.name)
+    return "complete" if staged_complete else "partial"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("rev_range", help="e.g. d75d36e..main, or one commit")
+    parser.add_argument("--machine", default="h200")
+    parser.add_argument("--python", default=sys.executable, help="interpreter with torch + triton (+ asv)")
+    parser.add_argument("--bench", help="asv --bench regex (a subset: results will be partial)")
+    parser.add_argument("--results-dir", default=str(ROOT / "experiments" / "asv" / "results"))
+    parser.add_argument("--dry-run", action="store_true", help="say what would run")
+    args = parser.parse_args(argv)
+    results_dir = Path(args.results_dir)
+    try:
+        todo = commits(args.rev_range)
+    except subprocess.CalledProcessError as exc:
+        print(f"run_history: bad range {args.rev_range!r}: {exc.stderr.strip()}", file=sys.stderr)
+        return 2
+    for commit in todo:
+        label = f"{commit[:12]} {git('log', '-1', '--format=%s', commit)[:60]}"
+        if complete(results_dir, args.machine, commit):
+            print(f"skip  {label}: already measured on {args.machine}")
+            continue
+        if subprocess.run(["git", "cat-file", "-e", f"{commit}:asv.conf.json"], cwd=ROOT).returncode:
+            print(f"skip  {label}: no asv suite at this commit")
+            continue
+        if args.dry_run:
+            print(f"run   {label}")
+            continue
+        with tempfile.TemporaryDirectory(prefix="scankit-history-") as tmp:
+            measure(commit, args.machine, args.python, args.bench, Path(tmp))
+            print(f"done  {label}: {merge(Path(tmp), results_dir, args.machine, commit)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
