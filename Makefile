@@ -27,8 +27,8 @@ test: $(STAMP)
 
 ## bench: the asv suite on the current commit (CUDA machine), then render experiments/bench/
 bench:
-	@$(BENCH_PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" || \
-	  { echo "make bench: no CUDA device on this machine; the suite times and checks the kernels on a GPU (README: Running on a GPU machine)." >&2; exit 2; }
+	@$(BENCH_PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || \
+	  { echo "make bench: $(BENCH_PYTHON) sees no CUDA device (or has no torch); the suite times and checks the kernels on a GPU (README: Running the benchmarks on a GPU machine)." >&2; exit 2; }
 	@test -z "$$(git status --porcelain --untracked-files=no -- scankit benchmarks)" || \
 	  { echo "make bench: scankit/ or benchmarks/ has uncommitted changes; results would be filed under HEAD. Commit first." >&2; exit 2; }
 	@$(BENCH_PYTHON) -c "import asv, asv_runner, jinja2, tabulate" 2>/dev/null || $(BENCH_PYTHON) -m pip install -q -r requirements-bench.txt
