@@ -2,7 +2,6 @@
 
 Every test counts kernel launches, so an eager fallback cannot pass as a kernel.
 """
-import contextlib
 import math
 
 import pytest
