@@ -12,9 +12,7 @@ from functools import lru_cache
 import torch
 
 from .cases import OPS, SHAPES, check_dims
-
-IMPLS = ("triton", "eager", "torch_compile")
-DIRECTIONS = ("fwd", "fwdbwd")
+from .grid import DIRECTIONS, IMPLS
 
 
 @contextlib.contextmanager
