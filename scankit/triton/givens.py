@@ -53,20 +53,28 @@ def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
 
 
 @triton.jit
+def _lanes(h0_ptr, sh_b, sh_n, sh_i, N, K: tl.constexpr, BN: tl.constexpr, HAS_H0: tl.constexpr):
+    """This program's batch index, its BN block lanes (and mask) and their h_0 (zeros if none)."""
+    bi = tl.program_id(0)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    i = tl.arange(0, K)
+    nm = n < N
+    h0 = tl.zeros((BN, K), tl.float32)
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + bi * sh_b + n[:, None] * sh_n + i[None, :] * sh_i, mask=nm[:, None], other=0.0)
+        h0 = h0.to(tl.float32)
+    return bi, n, i, nm, h0
+
+
+@triton.jit
 def _fwd_kernel(
     ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, T, N,
     sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr,
 ):
-    bi = tl.program_id(0)
-    n = tl.program_id(1) * BN + tl.arange(0, BN)
-    i = tl.arange(0, K)
-    nm = n < N
+    bi, n, i, nm, h = _lanes(h0_ptr, sh_b, sh_n, sh_i, N, K, BN, HAS_H0)
     m2 = nm[:, None]
-    h = tl.zeros((BN, K), tl.float32)
-    if HAS_H0:
-        h = tl.load(h0_ptr + bi * sh_b + n[:, None] * sh_n + i[None, :] * sh_i, mask=m2, other=0.0).to(tl.float32)
     out_rows = (bi * T * N + n[:, None]) * K + i[None, :]
     for t in range(0, T):
         u = h
@@ -90,14 +98,8 @@ def _bwd_kernel(
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr,
 ):
-    bi = tl.program_id(0)
-    n = tl.program_id(1) * BN + tl.arange(0, BN)
-    i = tl.arange(0, K)
-    nm = n < N
+    bi, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, N, K, BN, HAS_H0)
     m2 = nm[:, None]
-    h0 = tl.zeros((BN, K), tl.float32)
-    if HAS_H0:
-        h0 = tl.load(h0_ptr + bi * sh_b + n[:, None] * sh_n + i[None, :] * sh_i, mask=m2, other=0.0).to(tl.float32)
     rows = (bi * T * N + n[:, None]) * K + i[None, :]   # contiguous (B, T, n, K) at t = 0
     side = bi * T * N + n                                # contiguous (B, T, n) at t = 0
     carry = tl.zeros((BN, K), tl.float32)                # dL/dh_t through h_{t+1}
