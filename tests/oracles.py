@@ -43,6 +43,8 @@ def oracle(op_name, inputs, h0=None):
     if op_name == "linear_scan":
         A, Bc, _ = affine_loop(*inputs, elementwise=True)
         return A, Bc
+    if op_name == "linear_scan_state":
+        return affine_loop(*inputs, elementwise=True)[2]
     if op_name == "matrix_scan":
         M, b = inputs
         A, Bc, _ = affine_loop(M, b.unsqueeze(-1))
@@ -53,7 +55,7 @@ def oracle(op_name, inputs, h0=None):
 
 def states(op_name, inputs, h0):
     """The oracle's states h from h0 (zeros when None) for the three affine ops."""
-    if op_name == "linear_scan":
+    if op_name in ("linear_scan", "linear_scan_state"):
         return affine_loop(*inputs, h0=h0, elementwise=True)[2]
     if op_name == "matrix_scan":
         M, b = inputs

@@ -61,7 +61,8 @@ def check(op_name, xs, atol, rtol, grad_atol, grad_rtol=0.0, launches=None):
         torch.testing.assert_close(g.cpu().double(), r, atol=grad_atol, rtol=grad_rtol)
 
 
-OPS_SMALL = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "matrix_scan": dict(B=2, n=3),
+OPS_SMALL = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "linear_scan_state": dict(B=2, D=5),
+             "matrix_scan": dict(B=2, n=3),
              "matrix_affine_scan": dict(B=2, n=2, k=4, v=2)}
 DIMS = {
     "parallel_scan_log": [dict(B=2, D=5), dict(B=3, D=130)],

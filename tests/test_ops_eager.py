@@ -10,6 +10,7 @@ TS = (1, 2, 13, 64, 100)
 SMALL_DIMS = {
     "parallel_scan_log": dict(B=3, D=5),
     "linear_scan": dict(B=3, D=5),
+    "linear_scan_state": dict(B=3, D=5),
     "matrix_scan": dict(B=2, n=3),
     "matrix_affine_scan": dict(B=2, n=2, k=3, v=2),
 }

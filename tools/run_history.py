@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from scankit.bench.asv_results import ResultsError  # noqa: E402
 
 
 def git(*args, cwd=ROOT) -> str:
@@ -37,16 +36,23 @@ def commits(rev_range: str) -> list[str]:
         else [git("rev-parse", rev_range)]
 
 
-def complete(results_dir: Path, machine: str, commit: str) -> bool:
-    """Whether the database holds a result of ``commit`` that the renderer accepts whole."""
-    from render_artifacts import render
+# What a whole suite run records, at every commit that has a suite (a --bench run lacks some)
+CORE = ("bench_scans.Scans.track_time", "bench_scans.track_copy_bandwidth",
+        "bench_parity.Parity.track_failing_cases", "bench_mixers.MixerStep.track_step_time")
 
-    try:
-        with tempfile.TemporaryDirectory() as out:
-            render(results_dir, Path(out), machine, commit)
-        return True
-    except (ResultsError, KeyError, ValueError):
-        return False
+
+def complete(results_dir: Path, machine: str, commit: str) -> bool:
+    """Whether the database holds a whole-suite result of ``commit`` (values for every core
+    benchmark, and its per-case parity rows). Judged the same for every commit, whichever
+    grid its own suite had."""
+    from scankit.bench.asv_results import values
+
+    for path in result_files(results_dir, machine, commit):
+        run = json.loads(path.read_text())
+        has_rows = (results_dir.parent / "parity" / machine / f"{run['commit_hash']}.json").exists()
+        if has_rows and all(any(v is not None for v in values(run, name).values()) for name in CORE):
+            return True
+    return False
 
 
 def result_files(results_dir: Path, machine: str, commit: str) -> list[Path]:
@@ -84,7 +90,7 @@ def merge(stage: Path, results_dir: Path, machine: str, commit: str) -> str:
     if not staged:
         return "no result produced"
     had_complete = complete(results_dir, machine, commit)
-    staged_complete = complete(stage / "results", machine, commit) if (stage / "parity").exists() else False
+    staged_complete = complete(stage / "results", machine, commit)
     if had_complete and not staged_complete:
         return "kept the complete result already there (the new one is partial)"
     (results_dir / machine).mkdir(parents=True, exist_ok=True)
@@ -95,7 +101,9 @@ def merge(stage: Path, results_dir: Path, machine: str, commit: str) -> str:
     for name in ("machine.json",):
         if not (results_dir / machine / name).exists():
             shutil.copy2(stage / "results" / machine / name, results_dir / machine / name)
-    if (stage / "results" / "benchmarks.json").exists():
+    # benchmarks.json describes the newest suite (make bench at HEAD writes it): an older
+    # commit's suite only fills it in when there is none yet
+    if (stage / "results" / "benchmarks.json").exists() and not (results_dir / "benchmarks.json").exists():
         shutil.copy2(stage / "results" / "benchmarks.json", results_dir / "benchmarks.json")
     parity = stage / "parity" / machine / f"{commit}.json"
     if parity.exists():

@@ -145,6 +145,10 @@ OPS = {
         OpSpec("linear_scan", ops.linear_scan, reference.linear_scan, _build_linear,
                lambda s: dict(B=s.B, T=s.T, D=s.D),
                lambda d: [(d["B"], d["T"], d["D"])] * 2, AFFINE_FWD),
+        OpSpec("linear_scan_state", lambda a, b: ops.linear_scan(a, b, return_prefix=False),
+               lambda a, b: reference.linear_scan(a, b, return_prefix=False), _build_linear,
+               lambda s: dict(B=s.B, T=s.T, D=s.D),
+               lambda d: [(d["B"], d["T"], d["D"])] * 2, AFFINE_FWD),
         OpSpec("matrix_scan", ops.matrix_scan, reference.matrix_scan, _build_matrix,
                lambda s: dict(B=s.B, T=s.T, n=s.d // 2),
                lambda d: [(d["B"], d["T"], d["n"], 2, 2), (d["B"], d["T"], d["n"], 2)], AFFINE_FWD),
@@ -155,7 +159,8 @@ OPS = {
     )
 }
 
-# The parity grid of the earlier system (REFERENCE.md): 290 op cases, fwd + grad each.
+# The parity grid of the earlier system (REFERENCE.md): 290 op cases, fwd + grad each,
+# plus linear_scan's state-only form at the same sizes.
 CHECK_T = (1, 13, 64, 128, 1024)
 CHECK_B = (2, 128)
 KERNEL_KV = (1, 2, 4, 8, 16)
@@ -167,6 +172,7 @@ def check_dims():
         for B in CHECK_B:
             yield "parallel_scan_log", dict(B=B, T=T, D=64)
             yield "linear_scan", dict(B=B, T=T, D=64)
+            yield "linear_scan_state", dict(B=B, T=T, D=64)
             yield "matrix_scan", dict(B=B, T=T, n=4)
             for k in KERNEL_KV:
                 for v in KERNEL_KV:

@@ -26,8 +26,16 @@ SHAPES = {
         Shape("vlong", B=1, T=65536, D=1024, d=256),
     )
 }
-OP_NAMES = ("parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan")
+# linear_scan's state-only form (h from h_0 = 0, no running product): the peers' common ground
+STATE_OP = "linear_scan_state"
+OP_NAMES = ("parallel_scan_log", "linear_scan", STATE_OP, "matrix_scan", "matrix_affine_scan")
 IMPLS = ("triton", "eager", "torch_compile")
+# Peer libraries on STATE_OP (scankit.bench.peers), optional, timed beside triton
+PEERS = ("accelerated_scan", "accelerated_scan_native", "fla_chunk_hgrn", "torch_associative_scan")
+# Scaling: B = 1, D = 1024, T = 2^10 .. 2^20, forward, triton
+SCALING_OPS = (STATE_OP, "parallel_scan_log")
+SCALING_LOG2T = tuple(range(10, 21))
+SCALING_B, SCALING_D = 1, 1024
 DIRECTIONS = ("fwd", "fwdbwd")
 PARITY_DIRECTIONS = ("fwd", "grad")
 MIXER_LABELS = ("GivensMinGRU(k=8,R=3)", "GivensMinGRU(k=4,R=2,decay)", "GivensMinGRU(k=16,R=1)",

@@ -62,7 +62,11 @@ def implementation(op_name: str, impl: str):
 
 def workload(op_name: str, impl: str, direction: str, xs):
     """A no-argument callable: forward under no_grad, or forward + sum + backward."""
-    fn = implementation(op_name, impl)
+    return callable_workload(implementation(op_name, impl), xs, direction)
+
+
+def callable_workload(fn, xs, direction: str):
+    """``workload`` of any callable ``fn(*xs)`` (the peers use it too)."""
     if direction == "fwd":
         def run():
             with torch.no_grad():

@@ -148,16 +148,25 @@ def _bwd_kernel(
             tl.store(dh0_ptr + bi * N * K * V + off_kv, _mm(a0t, gb).to(dh0_ptr.dtype.element_ty), mask=nmask)
 
 
+# Launch knobs of the block kernels on the GPU (scripts/tune_scans.py sweeps them):
+# elements of the per-step (BN, K, K, max(K, V)) product, shortest T-chunk, warps per program.
+TUNING = {"product_elems": 2048, "min_chunk": 32, "num_warps": 4}
+
+
 def _block_lanes(N: int, K: int, V: int) -> int:
-    """Blocks per program: keep the (BN, K, K, max(K, V)) product near 2048 elements."""
-    return max(1, min(triton.next_power_of_2(N), 32, 2048 // (K * K * max(K, V))))
+    """Blocks per program: keep the (BN, K, K, max(K, V)) product near TUNING's size."""
+    return max(1, min(triton.next_power_of_2(N), 32, TUNING["product_elems"] // (K * K * max(K, V))))
+
+
+def _warps(device) -> int:
+    return TUNING["num_warps"] if on_gpu(device) else 1
 
 
 def _geometry(A, V):
     B, T, N, K, _ = A.shape
     bn = _block_lanes(N, K, V)
-    min_chunk = 32 if on_gpu(A.device) else 4
-    nc = num_chunks(B * triton.cdiv(N, bn), T, min_chunk, A.device)
+    min_chunk = TUNING["min_chunk"] if on_gpu(A.device) else 4
+    nc = num_chunks(B * triton.cdiv(N, bn), T, min_chunk, A.device, family="affine")
     chunk = triton.cdiv(T, nc)
     return bn, triton.cdiv(T, chunk), chunk
 
@@ -181,7 +190,7 @@ def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
         wrap_triton(_fwd_kernel)[grid](
             A, Bm, h0, None, None, sum_a, sum_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
-            HAS_CARRY=False, TRACK_A=True, SUMMARY=True, **consts,
+            HAS_CARRY=False, TRACK_A=True, SUMMARY=True, num_warps=_warps(A.device), **consts,
         )
         h_init = h0.float() if h0 is not None else torch.zeros_like(sum_b[:, 0])
         run_a, run_b = _forward(sum_a, sum_b, h_init, track_a=track_a, chunked=False)
@@ -191,7 +200,7 @@ def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
             carry_a = torch.cat([eye, run_a[:, :-1]], dim=1)
     wrap_triton(_fwd_kernel)[grid](
         A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
-        HAS_CARRY=nc > 1, TRACK_A=track_a, SUMMARY=False, **consts,
+        HAS_CARRY=nc > 1, TRACK_A=track_a, SUMMARY=False, num_warps=_warps(A.device), **consts,
     )
     return (out_a if track_a else None), out_b
 
@@ -216,13 +225,13 @@ def _backward(A, h0, gb, ga, out_b, out_a):
         sum_a = torch.empty_like(sum_p) if ga is not None else None
         wrap_triton(_bwd_kernel)[grid](
             A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p,
-            T, N, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, **consts,
+            T, N, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, num_warps=_warps(A.device), **consts,
         )
         carry_b = _reverse_carry(sum_p, sum_b)
         carry_a = _reverse_carry(sum_p, sum_a) if ga is not None else None
     wrap_triton(_bwd_kernel)[grid](
         A, h0, gb, ga, out_b, out_a, carry_b, carry_a, dA, dB, dh0, None,
-        T, N, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, **consts,
+        T, N, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, num_warps=_warps(A.device), **consts,
     )
     return dA, dB, dh0
 

@@ -18,16 +18,24 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def target_programs(device: torch.device) -> int:
-    """Programs needed to keep the device busy (4 per SM; a handful in the interpreter)."""
+# Programs per SM that keep the device busy, per kernel family (H200 sweep, NOTES.md): the
+# block kernels carry a long serial chain per step, so they want many more resident lanes.
+PROGRAMS_PER_SM = {"elementwise": 4, "affine": 4}
+
+
+def target_programs(device: torch.device, family: str = "elementwise") -> int:
+    """Programs needed to keep the device busy (a handful in the interpreter)."""
     if on_gpu(device):
-        return 4 * _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        return PROGRAMS_PER_SM[family] * sms
     return 4
 
 
 # (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU, from the H200
-# sweep of scripts/tune_elementwise.py (NOTES.md): the log kernel's exps favour shorter tiles.
+# sweeps (scripts/tune_scans.py, NOTES.md): the log kernel's exps favour shorter tiles.
 ELEMENTWISE_TILES = {"linear": (64, 32, 4), "log": (32, 32, 4)}
+# software-pipelining depth of their tile loop (None: Triton's default, no forced pipelining)
+ELEMENTWISE_STAGES = None
 
 
 def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
@@ -35,9 +43,9 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
     return ELEMENTWISE_TILES["log" if log else "linear"] if on_gpu(device) else (16, 32, 1)
 
 
-def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device) -> int:
+def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, family: str = "elementwise") -> int:
     """How many T-chunks so that programs x chunks fills the device (chunks >= 2 x min_chunk long)."""
-    want = -(-target_programs(device) // programs)
+    want = -(-target_programs(device, family) // programs)
     return max(1, min(want, -(-T // (2 * min_chunk))))
 
 

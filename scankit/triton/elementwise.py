@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
+from . import common
 from .common import empty_like_shape as _empty, num_chunks, register_prefix_scan_autograd, tiles
 
 
@@ -41,7 +42,7 @@ def _fwd_kernel(
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr,
     WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bi, ci = pid // NC, pid % NC
@@ -63,7 +64,7 @@ def _fwd_kernel(
             h = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=dmask, other=0.0).to(tl.float32)
 
     out_base = bi * T * D + d[None, :]
-    for j in range(0, CHUNK // BLOCK_T):
+    for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
         a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
@@ -96,7 +97,7 @@ def _bwd_kernel(
     T, D, NC, CHUNK,
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr,
-    SUMMARY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    SUMMARY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bi, ci = pid // NC, pid % NC
@@ -120,7 +121,7 @@ def _bwd_kernel(
         h0 = tl.zeros((BLOCK_D,), tl.float32)
 
     base = bi * T * D + d[None, :]
-    for j in range(0, CHUNK // BLOCK_T):
+    for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
@@ -198,7 +199,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
         a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
         LOG=log, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, WRITE_A=write_a, SUMMARY=False,
-        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=warps,
+        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.ELEMENTWISE_STAGES, num_warps=warps,
     )
     return (out_a if write_a else None), out_h
 
@@ -213,7 +214,7 @@ def _carries(a, b, h0, log, write_a, nc, chunk, tile):
         a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
         LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True,
-        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=warps,
+        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.ELEMENTWISE_STAGES, num_warps=warps,
     )
     h_init = b[:, 0].float().exp() if log else (h0.float() if h0 is not None else torch.zeros_like(sum_h[:, 0]))
     run_a, run_h = _forward(sum_a, sum_h, h_init, log=False, write_a=write_a, nc=1)
@@ -235,8 +236,8 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
     grid = (B * nc, triton.cdiv(D, block_d))
-    common = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
-                  num_warps=warps)
+    consts = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
+                  STAGES=common.ELEMENTWISE_STAGES, num_warps=warps)
     strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
     carry_h = carry_a = None
     if nc > 1:
@@ -244,13 +245,13 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
         sum_h, sum_a = torch.empty_like(sum_p), (torch.empty_like(sum_p) if ga is not None else None)
         wrap_triton(_bwd_kernel)[grid](
             a, b, h0, gh, ga, hout, aout, sum_h, sum_a, None, None, None, sum_p,
-            T, D, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, **common,
+            T, D, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, **consts,
         )
         carry_h = _reverse_carry(sum_p, sum_h)
         carry_a = _reverse_carry(sum_p, sum_a) if ga is not None else None
     wrap_triton(_bwd_kernel)[grid](
         a, b, h0, gh, ga, hout, aout, carry_h, carry_a, da, db, dh0, None,
-        T, D, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, **common,
+        T, D, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, **consts,
     )
     return da, db, dh0
 

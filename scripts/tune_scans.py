@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
+
+    python scripts/tune_scans.py [--sections affine elementwise peers scaling host] [--out DIR] [--budget S]
+
+Each section prints a table as it goes and writes json under --out; a section stops when
+the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
+the kernels read (scankit.triton.common / affine), so a winner is adopted by editing them.
+"""
+import argparse
+import cProfile
+import io
+import itertools
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from scankit.bench import grid, measure, peers  # noqa: E402
+from scankit.bench.cases import OPS, bytes_moved  # noqa: E402
+from scankit.triton import affine, common  # noqa: E402
+
+START = time.time()
+
+
+def tbps(op, shape, direction, us):
+    ins, outs = measure.meta_inputs_outputs(op, shape)
+    return bytes_moved(ins, outs, direction) / us / 1e6
+
+
+def timed(op, shape, direction, impl="triton"):
+    xs = measure.inputs_for(op, shape, direction)
+    try:
+        return measure.median_us(measure.workload(op, impl, direction, xs))
+    finally:
+        del xs
+        torch.cuda.empty_cache()
+
+
+def affine_sweep(budget, log):
+    base = dict(affine.TUNING), dict(common.PROGRAMS_PER_SM)
+    for per_sm, min_chunk, elems, warps in itertools.product((4, 16, 64), (8, 32), (512, 2048), (2, 4)):
+        for op, shape in itertools.product(("matrix_scan", "matrix_affine_scan"), ("large", "vlong")):
+            for direction in ("fwd", "fwdbwd"):
+                if time.time() - START > budget:
+                    return
+                affine.TUNING.update(min_chunk=min_chunk, product_elems=elems, num_warps=warps)
+                common.PROGRAMS_PER_SM["affine"] = per_sm
+                us = timed(op, shape, direction)
+                log(dict(section="affine", per_sm=per_sm, min_chunk=min_chunk, product_elems=elems, warps=warps,
+                         op=op, shape=shape, direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
+    affine.TUNING.update(base[0])
+    common.PROGRAMS_PER_SM.update(base[1])
+
+
+def elementwise_sweep(budget, log):
+    for stages, per_sm in itertools.product((None, 2, 3, 4), (4, 16)):
+        for op, shape, direction in itertools.product(("linear_scan_state", "linear_scan", "parallel_scan_log"),
+                                                      ("large", "vlong"), ("fwd", "fwdbwd")):
+            if time.time() - START > budget:
+                return
+            common.ELEMENTWISE_STAGES = stages
+            common.PROGRAMS_PER_SM["elementwise"] = per_sm
+            us = timed(op, shape, direction)
+            log(dict(section="elementwise", stages=stages, per_sm=per_sm, op=op, shape=shape, direction=direction,
+                     us=us, tbps=tbps(op, shape, direction, us)))
+    common.ELEMENTWISE_STAGES, common.PROGRAMS_PER_SM["elementwise"] = None, 4
+
+
+def peer_sweep(budget, log):
+    op = grid.STATE_OP
+    for shape, direction in itertools.product(grid.SHAPES, grid.DIRECTIONS):
+        for impl in ("triton",) + grid.PEERS:
+            if time.time() - START > budget:
+                return
+            xs = measure.inputs_for(op, shape, direction)
+            reason = peers.unavailable(impl) if impl != "triton" else None
+            us, err = None, reason
+            if reason is None:
+                try:
+                    if impl == "triton":
+                        fn = measure.workload(op, impl, direction, xs)
+                    else:
+                        run, args = peers.peer_fn(impl, *xs)
+                        fn = measure.callable_workload(run, args, direction)
+                    us = measure.median_us(fn)
+                except Exception as exc:  # a peer that cannot do this cell: record why
+                    err = f"{type(exc).__name__}: {exc}"[:200]
+            log(dict(section="peers", op=op, shape=shape, direction=direction, impl=impl, us=us, error=err,
+                     tbps=tbps(op, shape, direction, us) if us else None))
+            del xs
+            torch.cuda.empty_cache()
+
+
+def scaling_sweep(budget, log):
+    for op, log2t in itertools.product(grid.SCALING_OPS, grid.SCALING_LOG2T):
+        if time.time() - START > budget:
+            return
+        dims = dict(B=grid.SCALING_B, T=2 ** log2t, D=grid.SCALING_D)
+        xs = OPS[op].inputs(dims, device="cuda")
+        us = measure.median_us(measure.workload(op, "triton", "fwd", xs))
+        log(dict(section="scaling", op=op, T=2 ** log2t, us=us, ns_per_elem=1e3 * us / (dims["T"] * dims["D"])))
+        del xs
+        torch.cuda.empty_cache()
+
+
+def host_profile(budget, log):
+    """Where the host time of one small fwd+bwd goes (cProfile), and its GPU launches."""
+    for op in grid.OP_NAMES:
+        if time.time() - START > budget:
+            return
+        xs = measure.inputs_for(op, "lab", "fwdbwd")
+        fn = measure.workload(op, "triton", "fwdbwd", xs)
+        us = measure.median_us(fn)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            fn()
+        host_us = (time.perf_counter() - t0) / 50 * 1e6
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(50):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+            fn()
+            torch.cuda.synchronize()
+        kernels = sorted({e.name for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+        log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
+
+
+SECTIONS = dict(host=host_profile, peers=peer_sweep, affine=affine_sweep, elementwise=elementwise_sweep,
+                scaling=scaling_sweep)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+
+    def log(rec):
+        records.append(rec)
+        short = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in rec.items() if k != "profile"}
+        print(json.dumps(short), flush=True)
+        (out / "tune_scans.json").write_text(json.dumps(records, indent=1))
+
+    print(f"copy bandwidth {measure.copy_bandwidth() / 1e12:.2f} TB/s", flush=True)
+    for name in args.sections:
+        SECTIONS[name](args.budget, log)
+    for rec in records:
+        if rec["section"] == "host":
+            print(f"--- host profile {rec['op']}: {rec['us']:.0f} us GPU-timed, {rec['host_us']:.0f} us host\n{rec['profile']}")
+
+
+if __name__ == "__main__":
+    main()
