@@ -44,7 +44,7 @@ def timed(op, shape, direction, impl="triton"):
 
 def affine_sweep(budget, log):
     base = dict(affine.TUNING), dict(common.PROGRAMS_PER_SM)
-    for per_sm, min_chunk, elems, warps in itertools.product((4, 16, 64), (8, 32), (512, 2048), (2, 4)):
+    for per_sm, min_chunk, elems, warps in itertools.product((4, 32), (8, 32), (512, 2048), (2, 4)):
         for op, shape in itertools.product(("matrix_scan", "matrix_affine_scan"), ("large", "vlong")):
             for direction in ("fwd", "fwdbwd"):
                 if time.time() - START > budget:
@@ -59,7 +59,7 @@ def affine_sweep(budget, log):
 
 
 def elementwise_sweep(budget, log):
-    for stages, per_sm in itertools.product((None, 2, 3, 4), (4, 16)):
+    for stages, per_sm in itertools.product((None, 3), (4, 16)):
         for op, shape, direction in itertools.product(("linear_scan_state", "linear_scan", "parallel_scan_log"),
                                                       ("large", "vlong"), ("fwd", "fwdbwd")):
             if time.time() - START > budget:
@@ -138,8 +138,8 @@ def host_profile(budget, log):
         log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
 
 
-SECTIONS = dict(host=host_profile, peers=peer_sweep, affine=affine_sweep, elementwise=elementwise_sweep,
-                scaling=scaling_sweep)
+SECTIONS = dict(host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+                elementwise=elementwise_sweep)
 
 
 def main():
