@@ -31,7 +31,7 @@ bench:
 	  { echo "make bench: $(BENCH_PYTHON) sees no CUDA device (or has no torch); the suite times and checks the kernels on a GPU (README: Running the benchmarks on a GPU machine)." >&2; exit 2; }
 	@test -z "$$(git status --porcelain --untracked-files=no -- scankit benchmarks)" || \
 	  { echo "make bench: scankit/ or benchmarks/ has uncommitted changes; results would be filed under HEAD. Commit first." >&2; exit 2; }
-	@$(BENCH_PYTHON) -c "import asv, asv_runner, jinja2, tabulate" 2>/dev/null || $(BENCH_PYTHON) -m pip install -q -r requirements-bench.txt
+	@$(BENCH_PYTHON) -c "import asv, asv_runner, jinja2, tabulate, matplotlib" 2>/dev/null || $(BENCH_PYTHON) -m pip install -q -r requirements-bench.txt
 	$(BENCH_PYTHON) -m asv machine --yes --machine $(MACHINE)
 	SCANKIT_ASV_MACHINE=$(MACHINE) SCANKIT_ASV_COMMIT=$$(git rev-parse HEAD) $(BENCH_PYTHON) -m asv run -E existing:$$(command -v $(BENCH_PYTHON)) \
 	  --set-commit-hash $$(git rev-parse HEAD) --machine $(MACHINE) --show-stderr

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Render experiments/bench/scan_{parity,bench,memory}.{md,json} from a committed asv run.
+"""Render experiments/bench/scan_{parity,bench,memory,roofline}.{md,json} (+ scan_roofline.png)
+from a committed asv run.
 
 Reads the newest run of one machine (or --commit REV) from the asv results directory and
 its benchmarks.json, plus the per-case parity rows the run kept beside them
@@ -25,6 +26,8 @@ from scankit.bench.asv_results import ResultsError, benchmarks, load_run, values
 SCANS = "bench_scans.Scans"
 PARITY = "bench_parity.Parity"
 MIXERS = "bench_mixers.MixerStep"
+PEERS = "bench_roofline.Peers"
+SCALING = "bench_roofline.Scaling"
 
 
 RenderError = ResultsError
@@ -89,6 +92,13 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
         mixer["seconds"][key] = _need(mixer_t, key, missing, f"{MIXERS}.track_step_time{key}")
         mixer["peak_bytes"][key] = _need(mixer_m, key, missing, f"{MIXERS}.track_peak_cuda_memory{key}")
 
+    roofline = None
+    if f"{SCALING}.track_time" in known:  # suites before the roofline had none
+        peer_t, scale_t = values(run, f"{PEERS}.track_time"), values(run, f"{SCALING}.track_time")
+        scaling = {key: _need(scale_t, key, missing, f"{SCALING}.track_time{key}")
+                   for key in itertools.product(grid.SCALING_OPS, grid.SCALING_LOG2T)}
+        roofline = ({k: v for k, v in peer_t.items() if v is not None}, {k: v for k, v in scaling.items() if v is not None})
+
     if missing and not partial:
         by_bench: dict[str, list[str]] = {}
         for label in missing:
@@ -105,6 +115,13 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     bench = report.bench_payload(env, cells, copy_bw)
     paths = report.write("scan_bench", bench, out_dir)
     paths += report.write("scan_parity", report.parity_payload(env, parity["rows"]), out_dir)
+    if roofline is not None and copy_bw is not None:
+        from scankit.bench import roofline as rl
+
+        roof = rl.payload(env, bench, *roofline)
+        paths += report.write("scan_roofline", roof, out_dir)
+        rl.plot(roof, out_dir / "scan_roofline.png")
+        paths.append(out_dir / "scan_roofline.png")
     if all(v is not None for v in mixer["seconds"].values()):
         peaks_ok = all(v is not None for v in mixer["peak_bytes"].values())
         memory = report.memory_payload(env, mixer) if peaks_ok else dict(env=env, rows=[], ratios=[])

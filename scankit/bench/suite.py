@@ -186,3 +186,54 @@ def mixer_cells() -> dict:
             else:
                 seconds[shape, path], peak[shape, path] = measure.median_us(fn) * 1e-6, measure.peak_bytes(fn)
     return dict(seconds=seconds, peak_bytes=peak)
+
+
+def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
+    """Seconds of each peer on STATE_OP per shape x direction; skipped cells with the reason
+    (not installed, no CUDA, or the error the peer raised on that cell)."""
+    import torch
+
+    from . import measure, peers
+
+    dev = device()
+    seconds, skipped = {}, {}
+    for shape in shapes:
+        for direction in grid.DIRECTIONS:
+            for name in grid.PEERS:
+                reason = peers.unavailable(name, dev)
+                if reason:
+                    skipped[shape, name, direction] = reason
+                    continue
+                xs = measure.inputs_for(grid.STATE_OP, shape, direction)
+                try:
+                    run, args = peers.peer_fn(name, *xs)
+                    seconds[shape, name, direction] = measure.median_us(
+                        measure.callable_workload(run, args, direction)) * 1e-6
+                except Exception as exc:  # a peer that cannot do this cell: say so in the table
+                    skipped[shape, name, direction] = f"{type(exc).__name__}: {exc}"[:160]
+                del xs
+                torch.cuda.empty_cache()
+    return dict(seconds=seconds, skipped=skipped)
+
+
+def scaling_cells() -> dict:
+    """Forward seconds of the triton kernels at B = 1, D = 1024, T = 2^10 .. 2^20 (tiny in a smoke run)."""
+    import torch
+
+    from . import measure
+    from .cases import OPS
+
+    dev = device()
+    seconds = {}
+    for op in grid.SCALING_OPS:
+        for log2t in grid.SCALING_LOG2T:
+            dims = dict(B=grid.SCALING_B, T=2 ** log2t, D=grid.SCALING_D)
+            if dev == "cpu":
+                dims = dict(B=1, T=log2t, D=4)  # tiny, interpreted
+            xs = OPS[op].inputs(dims, device=dev)
+            fn = measure.workload(op, "triton", "fwd", xs)
+            seconds[op, log2t] = _cpu_seconds(fn) if dev == "cpu" else measure.median_us(fn) * 1e-6
+            del xs, fn
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+    return dict(seconds=seconds)

@@ -10,24 +10,24 @@ from .common import check_envelope
 
 def parallel_scan_log(log_coeffs, log_values):
     check_envelope("parallel_scan_log", log_coeffs, log_values)
-    return elementwise.log_scan_fwd(log_coeffs, log_values)
+    return elementwise.log_scan(log_coeffs, log_values)
 
 
 def linear_scan(a, b, *, h0=None, return_prefix=True):
     check_envelope("linear_scan", a, b, h0)
-    prod, h = elementwise.linear_scan_fwd(a, b, h0, return_prefix)
+    prod, h = elementwise.linear_scan(a, b, h0, return_prefix)
     return (prod, h) if return_prefix else h
 
 
 def matrix_affine_scan(A, B, *, h0=None, return_prefix=True):
     check_envelope("matrix_affine_scan", A, B, h0, kv=(A.shape[-1], B.shape[-1]))
-    Abar, out = affine.affine_scan_fwd(A, B, h0, return_prefix)
+    Abar, out = affine.affine_scan(A, B, h0, return_prefix)
     return (Abar, out) if return_prefix else out
 
 
 def matrix_scan(M, b, *, h0=None, return_prefix=True):
     check_envelope("matrix_scan", M, b, h0)
-    Abar, out = affine.affine_scan_fwd(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix)
+    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix)
     return (Abar, out.squeeze(-1)) if return_prefix else out.squeeze(-1)
 
 
@@ -47,4 +47,4 @@ def rotation_scan(angles, b, *, scale=None, gamma=None, h0=None):
         raise ScanFallback("rotation_scan: a per-step scale is only fused for k = 2")
     if len({x.dtype for x in (angles, b, scale, gamma, h0) if x is not None}) > 1:
         raise ScanFallback("rotation_scan: angles, b, scale, gamma and h0 must share one dtype")
-    return givens.rotation_scan_fwd(angles, b, scale, gamma, h0)
+    return givens.rotation_scan(angles, b, scale, gamma, h0)

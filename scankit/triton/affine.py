@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .common import empty_like_shape as _empty, num_chunks, on_gpu, register_prefix_scan_autograd
+from .common import empty_like_shape as _empty, num_chunks, on_gpu, prefix_scan_autograd
 
 
 @triton.jit
@@ -242,17 +242,19 @@ def _reverse_carry(prod, state):
     return torch.cat([torch.zeros_like(run[:, :1]), run[:, :-1]], dim=1).flip(1).contiguous()
 
 
-@triton_op("scankit::affine_scan_fwd", mutates_args={})
-def affine_scan_fwd(A: torch.Tensor, B: torch.Tensor, h0: Optional[torch.Tensor], return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _affine_fwd(A: torch.Tensor, B: torch.Tensor, h0: Optional[torch.Tensor], return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
     Abar, out = _forward(A, B, h0 if not return_prefix else None, track_a=return_prefix)
     return (Abar if Abar is not None else out.new_empty(0)), out
 
 
-@triton_op("scankit::affine_scan_bwd", mutates_args={})
-def affine_scan_bwd(A: torch.Tensor, h0: Optional[torch.Tensor], Abar: torch.Tensor, out: torch.Tensor,
-                    g_Abar: Optional[torch.Tensor], g_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _affine_bwd(A: torch.Tensor, h0: Optional[torch.Tensor], Abar: torch.Tensor, out: torch.Tensor,
+                g_Abar: Optional[torch.Tensor], g_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dA, dB, dh0 = _backward(A, h0, g_out, g_Abar, out, Abar if g_Abar is not None else None)
     return dA, dB, (dh0 if dh0 is not None else A.new_empty(0))
+
+
+affine_scan_fwd = triton_op("scankit::affine_scan_fwd", mutates_args={})(_affine_fwd)
+affine_scan_bwd = triton_op("scankit::affine_scan_bwd", mutates_args={})(_affine_bwd)
 
 
 @affine_scan_fwd.register_fake
@@ -265,4 +267,4 @@ def _(A, h0, Abar, out, g_Abar, g_out):
     return _empty(A.shape, A), _empty(g_out.shape, A), _empty(h0.shape if h0 is not None else (0,), A)
 
 
-register_prefix_scan_autograd(affine_scan_fwd, affine_scan_bwd)
+affine_scan = prefix_scan_autograd(affine_scan_fwd, _affine_fwd, affine_scan_bwd, _affine_bwd)

@@ -20,7 +20,7 @@ def _sm_count(index: int) -> int:
 
 # Programs per SM that keep the device busy, per kernel family (H200 sweep, NOTES.md): the
 # block kernels carry a long serial chain per step, so they want many more resident lanes.
-PROGRAMS_PER_SM = {"elementwise": 4, "affine": 4}
+PROGRAMS_PER_SM = {"elementwise": 4, "affine": 16}
 
 
 def target_programs(device: torch.device, family: str = "elementwise") -> int:
@@ -67,12 +67,50 @@ def empty_like_shape(shape, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(shape, dtype=like.dtype, device=like.device)
 
 
-def register_prefix_scan_autograd(fwd_op, bwd_op) -> None:
+def on_compile_path() -> bool:
+    """Whether torch.compile is tracing (the custom ops), or this is an eager call."""
+    return torch.compiler.is_compiling()
+
+
+def either(op, impl):
+    """Call the registered custom ``op`` under torch.compile and its Python body ``impl``
+    otherwise: the custom-op dispatch layers cost ~0.25 ms of host time per call (H200
+    profile, NOTES.md), more than the kernels take at small shapes."""
+    def call(*args):
+        return op(*args) if on_compile_path() else impl(*args)
+    return call
+
+
+def with_autograd(op, impl, setup, backward):
+    """Register ``backward`` / ``setup`` as ``op``'s autograd and return the callable the
+    entry points use: ``op`` under torch.compile, otherwise a plain autograd.Function
+    running ``impl`` with the same setup and backward (no custom-op dispatch)."""
+    op.register_autograd(backward, setup_context=setup)
+
+    class Eager(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            ctx.set_materialize_grads(False)  # unused outputs' grads arrive as None, as for the op
+            output = impl(*inputs)
+            setup(ctx, inputs, output)
+            return output
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return backward(ctx, *grads)
+
+    Eager.__name__ = Eager.__qualname__ = f"{op._name.split('::')[-1]}_eager"
+    return either(op, Eager.apply)
+
+
+def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
     """Autograd of an affine scan op ``fwd(coeffs, inputs, h0, return_prefix) -> (prefix, states)``
-    through ``bwd(coeffs, h0, prefix, states, g_prefix, g_states) -> (d_coeffs, d_inputs, d_h0)``.
+    through ``bwd(coeffs, h0, prefix, states, g_prefix, g_states) -> (d_coeffs, d_inputs, d_h0)``;
+    returns the callable of ``with_autograd``.
 
     With ``return_prefix`` the prefix output is real and h0 unused; without it the prefix is
     an empty placeholder and the states start from h0."""
+    bwd = either(bwd_op, bwd_impl)
 
     def setup(ctx, inputs, output):
         coeffs, _, h0, return_prefix = inputs
@@ -88,7 +126,7 @@ def register_prefix_scan_autograd(fwd_op, bwd_op) -> None:
             g_prefix = g_prefix if g_prefix is not None else torch.zeros_like(prefix)
         else:
             g_prefix = None
-        d_coeffs, d_inputs, d_h0 = bwd_op(coeffs, h0, prefix, states, g_prefix, g_states)
+        d_coeffs, d_inputs, d_h0 = bwd(coeffs, h0, prefix, states, g_prefix, g_states)
         return d_coeffs, d_inputs, (d_h0 if ctx.has_h0 else None), None
 
-    fwd_op.register_autograd(backward, setup_context=setup)
+    return with_autograd(fwd_op, fwd_impl, setup, backward)

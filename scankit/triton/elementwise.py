@@ -20,7 +20,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from . import common
-from .common import empty_like_shape as _empty, num_chunks, register_prefix_scan_autograd, tiles
+from .common import empty_like_shape as _empty, num_chunks, tiles
 
 
 @triton.jit
@@ -262,17 +262,19 @@ def _reverse_carry(prod, state):
     return torch.cat([torch.zeros_like(run[:, :1]), run[:, :-1]], dim=1).flip(1).contiguous()
 
 
-@triton_op("scankit::linear_scan_fwd", mutates_args={})
-def linear_scan_fwd(a: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor], return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _linear_fwd(a: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor], return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
     prod, h = _forward(a, b, h0 if not return_prefix else None, log=False, write_a=return_prefix)
     return (prod if prod is not None else h.new_empty(0)), h
 
 
-@triton_op("scankit::linear_scan_bwd", mutates_args={})
-def linear_scan_bwd(a: torch.Tensor, h0: Optional[torch.Tensor], prod: torch.Tensor, h: torch.Tensor,
-                    g_prod: Optional[torch.Tensor], g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _linear_bwd(a: torch.Tensor, h0: Optional[torch.Tensor], prod: torch.Tensor, h: torch.Tensor,
+                g_prod: Optional[torch.Tensor], g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     da, db, dh0 = _backward(a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None, log=False)
     return da, db, (dh0 if dh0 is not None else a.new_empty(0))
+
+
+linear_scan_fwd = triton_op("scankit::linear_scan_fwd", mutates_args={})(_linear_fwd)
+linear_scan_bwd = triton_op("scankit::linear_scan_bwd", mutates_args={})(_linear_bwd)
 
 
 @linear_scan_fwd.register_fake
@@ -285,18 +287,20 @@ def _(a, h0, prod, h, g_prod, g_h):
     return _empty(a.shape, a), _empty(a.shape, a), _empty(h0.shape if h0 is not None else (0,), a)
 
 
-register_prefix_scan_autograd(linear_scan_fwd, linear_scan_bwd)
+linear_scan = common.prefix_scan_autograd(linear_scan_fwd, _linear_fwd, linear_scan_bwd, _linear_bwd)
 
 
-@triton_op("scankit::log_scan_fwd", mutates_args={})
-def log_scan_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
     return _forward(log_coeffs, log_values, None, log=True, write_a=False)[1]
 
 
-@triton_op("scankit::log_scan_bwd", mutates_args={})
-def log_scan_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, h: torch.Tensor, g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _log_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, h: torch.Tensor, g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     d_coeffs, d_values, _ = _backward(log_coeffs, log_values, None, g_h, None, h, None, log=True)
     return d_coeffs, d_values
+
+
+log_scan_fwd = triton_op("scankit::log_scan_fwd", mutates_args={})(_log_fwd)
+log_scan_bwd = triton_op("scankit::log_scan_bwd", mutates_args={})(_log_bwd)
 
 
 @log_scan_fwd.register_fake
@@ -309,13 +313,18 @@ def _(log_coeffs, log_values, h, g_h):
     return _empty(log_coeffs.shape, log_coeffs), _empty(log_values.shape, log_values)
 
 
+_log_bwd_call = common.either(log_scan_bwd, _log_bwd)
+
+
 def _log_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs, output)
 
 
 def _log_backward(ctx, g_h):
     log_coeffs, log_values, h = ctx.saved_tensors
-    return log_scan_bwd(log_coeffs, log_values, h, g_h)
+    if g_h is None:
+        return None, None
+    return _log_bwd_call(log_coeffs, log_values, h, g_h)
 
 
-log_scan_fwd.register_autograd(_log_backward, setup_context=_log_setup)
+log_scan = common.with_autograd(log_scan_fwd, _log_fwd, _log_setup, _log_backward)

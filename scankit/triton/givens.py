@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .common import empty_like_shape as _empty, target_programs
+from .common import either, empty_like_shape as _empty, target_programs, with_autograd
 
 
 @triton.jit
@@ -152,8 +152,7 @@ def _s(x, dims):
     return tuple(x.stride()) if x is not None else (0,) * dims
 
 
-@triton_op("scankit::rotation_scan_fwd", mutates_args={})
-def rotation_scan_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.Tensor],
+def _rotation_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.Tensor],
                       gamma: Optional[torch.Tensor], h0: Optional[torch.Tensor]) -> torch.Tensor:
     B, T, N, R, _ = angles.shape
     K = b.shape[-1]
@@ -168,8 +167,7 @@ def rotation_scan_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[tor
     return out
 
 
-@triton_op("scankit::rotation_scan_bwd", mutates_args={})
-def rotation_scan_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Optional[torch.Tensor],
+def _rotation_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Optional[torch.Tensor],
                       h0: Optional[torch.Tensor], out: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     B, T, N, R, P = angles.shape
     K = out.shape[-1]
@@ -187,6 +185,10 @@ def rotation_scan_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma
         num_warps=1 if K <= 4 else 2,
     )
     return d_angles, d_b, d_scale, d_gamma, d_h0
+
+
+rotation_scan_fwd = triton_op("scankit::rotation_scan_fwd", mutates_args={})(_rotation_fwd)
+rotation_scan_bwd = triton_op("scankit::rotation_scan_bwd", mutates_args={})(_rotation_bwd)
 
 
 @rotation_scan_fwd.register_fake
@@ -209,9 +211,12 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, g):
     angles, scale, gamma, h0, out = ctx.saved_tensors
-    d_angles, d_b, d_scale, d_gamma, d_h0 = rotation_scan_bwd(angles, scale, gamma, h0, out, g)
+    if g is None:
+        return None, None, None, None, None
+    d_angles, d_b, d_scale, d_gamma, d_h0 = _rotation_bwd_call(angles, scale, gamma, h0, out, g)
     has_scale, has_gamma, has_h0 = ctx.has
     return d_angles, d_b, d_scale if has_scale else None, d_gamma if has_gamma else None, d_h0 if has_h0 else None
 
 
-rotation_scan_fwd.register_autograd(_backward, setup_context=_setup)
+_rotation_bwd_call = either(rotation_scan_bwd, _rotation_bwd)
+rotation_scan = with_autograd(rotation_scan_fwd, _rotation_fwd, _setup, _backward)

@@ -1,0 +1,115 @@
+"""The roofline artifact (experiments/bench/scan_roofline.{md,json,png}): every op's time
+against the bandwidth floor of the same run, the peers side by side, the scaling with T,
+and issue 7's targets evaluated on the figures (met or not, with the measured value)."""
+from __future__ import annotations
+
+from . import grid
+
+# (what, ops, shapes, directions, kind, bar) - kind "pct": % of copy >= bar; "vs": triton at
+# least bar x faster than impl; "small": fwdbwd at least bar x faster than eager
+TARGETS = (
+    ("elementwise fwd at the roofline", (grid.STATE_OP, "parallel_scan_log"), ("large", "vlong"), ("fwd",), "pct", 85),
+    ("elementwise fwd+bwd at the roofline", (grid.STATE_OP, "parallel_scan_log"), ("large", "vlong"), ("fwdbwd",), "pct", 70),
+    ("matrix_scan fwd", ("matrix_scan",), ("large", "vlong"), ("fwd",), "pct", 60),
+    ("matrix_affine_scan (k=8) fwd", ("matrix_affine_scan",), ("large", "vlong"), ("fwd",), "pct", 40),
+    ("vs accelerated-scan (with the (B,T,D) transposes)", (grid.STATE_OP,), tuple(grid.SHAPES), grid.DIRECTIONS,
+     "accelerated_scan", 1.0),
+    ("vs fla-core chunk_hgrn", (grid.STATE_OP,), tuple(grid.SHAPES), grid.DIRECTIONS, "fla_chunk_hgrn", 2.0),
+    ("vs torch.compile of the eager reference", (grid.STATE_OP,), tuple(grid.SHAPES), grid.DIRECTIONS,
+     "torch_compile", 3.0),
+    ("small shapes fwd+bwd vs eager", grid.OP_NAMES, ("lab", "longT"), ("fwdbwd",), "eager", 5.0),
+)
+SCALING_TOLERANCE = 0.20
+
+
+def payload(env: dict, bench: dict, peers: dict, scaling: dict) -> dict:
+    """bench: report.bench_payload output; peers: {(shape, peer, direction): seconds};
+    scaling: {(op, log2_T): seconds}."""
+    bw = bench["copy_bw"]
+    rows = []
+    for r in bench["rows"]:
+        row = dict(op=r["op"], shape=r["shape"], direction=r["direction"], bytes=r["bytes"],
+                   triton_us=r["triton_us"], eager_us=r["eager_us"], torch_compile_us=r["torch_compile_us"],
+                   floor_us=r["bytes"] / bw * 1e6)
+        if r["triton_us"] is not None:
+            row.update(tbps=r["bytes"] / r["triton_us"] / 1e6, pct=100 * row["floor_us"] / r["triton_us"])
+        else:
+            row.update(tbps=None, pct=None)
+        if r["op"] == grid.STATE_OP:
+            for name in grid.PEERS:
+                s = peers.get((r["shape"], name, r["direction"]))
+                row[f"{name}_us"] = None if s is None else s * 1e6
+        rows.append(row)
+    scale_rows, ref = _scaling(bench, scaling)
+    return dict(env=env, copy_bw=bw, rows=rows, peers=list(grid.PEERS), scaling=scale_rows, scaling_ref=ref,
+                targets=_targets(rows, scale_rows), tolerance=SCALING_TOLERANCE)
+
+
+def _scaling(bench, scaling):
+    """Per op and T: us and ns per element, and the ratio to the `large` shape's ns per element."""
+    large = grid.SHAPES["large"]
+    ref = {}
+    for r in bench["rows"]:
+        if r["op"] in grid.SCALING_OPS and r["shape"] == "large" and r["direction"] == "fwd" and r["triton_us"]:
+            ref[r["op"]] = 1e3 * r["triton_us"] / (large.B * large.T * large.D)
+    rows = []
+    for op in grid.SCALING_OPS:
+        for log2t in grid.SCALING_LOG2T:
+            s = scaling.get((op, log2t))
+            elems = grid.SCALING_B * 2 ** log2t * grid.SCALING_D
+            ns = None if s is None else 1e9 * s / elems
+            rows.append(dict(op=op, T=2 ** log2t, us=None if s is None else s * 1e6, ns_per_elem=ns,
+                             vs_large=None if ns is None or op not in ref else ns / ref[op]))
+    return rows, ref
+
+
+def _targets(rows, scale_rows):
+    out = []
+    for what, ops, shapes, directions, kind, bar in TARGETS:
+        for r in rows:
+            if r["op"] not in ops or r["shape"] not in shapes or r["direction"] not in directions:
+                continue
+            if kind == "pct":
+                value, met = r["pct"], r["pct"] is not None and r["pct"] >= bar
+                figure = "n/a" if value is None else f"{value:.0f}% of copy (bar {bar}%)"
+            else:
+                other = r.get(f"{kind}_us")
+                value = None if other is None or r["triton_us"] is None else other / r["triton_us"]
+                met = value is not None and value >= bar
+                figure = "n/a" if value is None else f"{value:.2f}x (bar {bar:g}x)"
+            out.append(dict(target=what, op=r["op"], shape=r["shape"], direction=r["direction"],
+                            value=value, figure=figure, met=met))
+    for s in scale_rows:
+        met = s["vs_large"] is not None and abs(s["vs_large"] - 1) <= SCALING_TOLERANCE
+        out.append(dict(target="scaling: time per element within 20% of `large`", op=s["op"], shape=f"T={s['T']}",
+                        direction="fwd", value=s["vs_large"], met=met,
+                        figure="n/a" if s["vs_large"] is None else f"{s['vs_large']:.2f}x large's ns/element"))
+    return out
+
+
+def plot(payload: dict, path) -> None:
+    """Time per element against T (log-log), with the `large` shape's level and the 20% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    for i, op in enumerate(grid.SCALING_OPS):
+        pts = [(s["T"], s["ns_per_elem"]) for s in payload["scaling"] if s["op"] == op and s["ns_per_elem"]]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=f"{op} fwd (B=1, D=1024)")
+        ref = payload["scaling_ref"].get(op)
+        if ref:
+            ax.axhline(ref, color=f"C{i}", linestyle="--", linewidth=1, label=f"{op} at large")
+            ax.axhspan(ref * (1 - SCALING_TOLERANCE), ref * (1 + SCALING_TOLERANCE), color=f"C{i}", alpha=0.08)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("T (sequence length)")
+    ax.set_ylabel("ns per element")
+    ax.set_title(f"Scaling with T on {payload['env']['device']} (commit {payload['env']['commit'][:8]})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
