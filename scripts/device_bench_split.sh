@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On an offline host with two GPUs (repo root, .whl carried): the asv suite of HEAD in two
-# parts at once, one per GPU (scans + roofline on GPU 0; parity + mixers on GPU 1), merged
+# parts at once, one per GPU (scans + copy bandwidth on GPU 0; parity, mixers, peers, scaling on GPU 1), merged
 # into experiments/asv/results by tools/merge_asv_results.py, rendered, and packed into
 # $OUT/results.tgz. The copy bandwidth is measured on GPU 0 with the timings it scales.
 set -uo pipefail
@@ -26,8 +26,8 @@ PY
   echo "part $1 ($2) rc=$? at $(( $(date +%s) - start ))s"
 }
 start=$(date +%s)
-part 0 "bench_scans|bench_roofline" &
-part 1 "bench_parity|bench_mixers" &
+part 0 "bench_scans" &
+part 1 "bench_parity|bench_mixers|bench_roofline" &
 wait
 python3 tools/merge_asv_results.py experiments/asv/results /tmp/asv-part0/results /tmp/asv-part1/results
 python3 tools/render_artifacts.py --machine "$machine" --readme README.md

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # On the offline GPU machine (repo root, .whl carried): install the carried wheels (asv,
-# peers) into /tmp/site and rebuild .git from the carried bundle when the checkout has no
-# history. Source it: it exports PYTHONPATH / ASV_PYTHONPATH for what runs next.
+# peers) into /tmp/site and rebuild .git from the carried bundle. Source it: it exports
+# PYTHONPATH / ASV_PYTHONPATH for what runs next.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
 export PYTHONPATH=/tmp/site ASV_PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-if ! git rev-parse --verify --quiet HEAD >/dev/null; then
-  rm -rf .git /tmp/scankit-bundle && git clone -q --no-checkout .whl/repo.bundle /tmp/scankit-bundle \
-    && mv /tmp/scankit-bundle/.git .git && git reset -q || return 1
+# the checkout's own .git may be absent or stale: always take history from the bundle, and
+# refuse a tree whose measured code differs from the bundle's HEAD (results would be misfiled)
+rm -rf .git /tmp/scankit-bundle && git clone -q --no-checkout .whl/repo.bundle /tmp/scankit-bundle \
+  && mv /tmp/scankit-bundle/.git .git && git reset -q || return 1
+if ! git diff --quiet HEAD -- scankit benchmarks tools; then
+  echo "device setup: the tree differs from the bundle's HEAD $(git rev-parse --short HEAD): run scripts/device_prepare.sh after committing" >&2
+  return 1
 fi
 git config --global --add safe.directory "$PWD"
 echo "device setup: $(git rev-parse --short HEAD), wheels in /tmp/site"

@@ -59,17 +59,18 @@ def affine_sweep(budget, log):
 
 
 def elementwise_sweep(budget, log):
+    base_stages = dict(common.ELEMENTWISE_STAGES)
     for stages, per_sm in itertools.product((None, 3), (4, 16)):
         for op, shape, direction in itertools.product(("linear_scan_state", "linear_scan", "parallel_scan_log"),
                                                       ("large", "vlong"), ("fwd", "fwdbwd")):
             if time.time() - START > budget:
                 return
-            common.ELEMENTWISE_STAGES = stages
+            common.ELEMENTWISE_STAGES = dict.fromkeys(base_stages, stages)
             common.PROGRAMS_PER_SM["elementwise"] = per_sm
             us = timed(op, shape, direction)
             log(dict(section="elementwise", stages=stages, per_sm=per_sm, op=op, shape=shape, direction=direction,
                      us=us, tbps=tbps(op, shape, direction, us)))
-    common.ELEMENTWISE_STAGES, common.PROGRAMS_PER_SM["elementwise"] = None, 4
+    common.ELEMENTWISE_STAGES, common.PROGRAMS_PER_SM["elementwise"] = base_stages, 4
 
 
 def peer_sweep(budget, log):
@@ -79,7 +80,7 @@ def peer_sweep(budget, log):
             if time.time() - START > budget:
                 return
             xs = measure.inputs_for(op, shape, direction)
-            reason = peers.unavailable(impl) if impl != "triton" else None
+            reason = peers.unavailable(impl, "cuda", direction) if impl != "triton" else None
             us, err = None, reason
             if reason is None:
                 try:

@@ -20,12 +20,18 @@ _MODULES = {
 }
 
 
-def unavailable(name: str, device: str = "cuda") -> str | None:
-    """Why peer ``name`` cannot run here, or None."""
+# Cells a peer is not timed on, and why
+FORWARD_ONLY = {"torch_associative_scan": "its backward compiles for minutes at large shapes (> 250 s on the H200)"}
+
+
+def unavailable(name: str, device: str = "cuda", direction: str = "fwd") -> str | None:
+    """Why peer ``name`` cannot run here (on ``direction``), or None."""
     if name not in PEERS:
         raise ValueError(f"peer must be one of {PEERS}; got {name!r}")
     if device != "cuda":
         return "peers run on CUDA only"
+    if direction != "fwd" and name in FORWARD_ONLY:
+        return FORWARD_ONLY[name]
     try:
         importlib.import_module(_MODULES[name])
     except Exception as exc:  # ImportError, or a package that fails on import

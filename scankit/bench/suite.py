@@ -200,7 +200,7 @@ def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
     for shape in shapes:
         for direction in grid.DIRECTIONS:
             for name in grid.PEERS:
-                reason = peers.unavailable(name, dev)
+                reason = peers.unavailable(name, dev, direction)
                 if reason:
                     skipped[shape, name, direction] = reason
                     continue

@@ -150,7 +150,9 @@ def _bwd_kernel(
 
 # Launch knobs of the block kernels on the GPU (scripts/tune_scans.py sweeps them):
 # elements of the per-step (BN, K, K, max(K, V)) product, shortest T-chunk, warps per program.
-TUNING = {"product_elems": 2048, "min_chunk": 32, "num_warps": 4}
+# H200 sweep (experiments/logs/2026-11-30-h200-tune-scans-run7.json): one block per program
+# and 2 warps take matrix_affine_scan (k=8) large fwd from 13.8 to 5.1 ms.
+TUNING = {"product_elems": 512, "min_chunk": 32, "num_warps": 2}
 
 
 def _block_lanes(N: int, K: int, V: int) -> int:

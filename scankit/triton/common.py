@@ -20,7 +20,7 @@ def _sm_count(index: int) -> int:
 
 # Programs per SM that keep the device busy, per kernel family (H200 sweep, NOTES.md): the
 # block kernels carry a long serial chain per step, so they want many more resident lanes.
-PROGRAMS_PER_SM = {"elementwise": 4, "affine": 16}
+PROGRAMS_PER_SM = {"elementwise": 4, "affine": 4}
 
 
 def target_programs(device: torch.device, family: str = "elementwise") -> int:
@@ -34,8 +34,14 @@ def target_programs(device: torch.device, family: str = "elementwise") -> int:
 # (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU, from the H200
 # sweeps (scripts/tune_scans.py, NOTES.md): the log kernel's exps favour shorter tiles.
 ELEMENTWISE_TILES = {"linear": (64, 32, 4), "log": (32, 32, 4)}
-# software-pipelining depth of their tile loop (None: Triton's default, no forced pipelining)
-ELEMENTWISE_STAGES = None
+# software-pipelining depth of their tile loop per (kind, pass) (None: Triton's default);
+# the H200 sweep (run 7) favoured 3 stages for the log kernel and for both backwards
+ELEMENTWISE_STAGES = {("linear", "fwd"): None, ("linear", "bwd"): 3, ("log", "fwd"): 3, ("log", "bwd"): 3}
+
+
+def stages(log: bool, pass_: str):
+    """Pipelining depth of the elementwise tile loop for the log or linear kernel's fwd / bwd pass."""
+    return ELEMENTWISE_STAGES["log" if log else "linear", pass_]
 
 
 def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:

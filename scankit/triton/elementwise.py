@@ -199,7 +199,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
         a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
         LOG=log, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, WRITE_A=write_a, SUMMARY=False,
-        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.ELEMENTWISE_STAGES, num_warps=warps,
+        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"), num_warps=warps,
     )
     return (out_a if write_a else None), out_h
 
@@ -214,7 +214,7 @@ def _carries(a, b, h0, log, write_a, nc, chunk, tile):
         a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
         LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True,
-        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.ELEMENTWISE_STAGES, num_warps=warps,
+        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"), num_warps=warps,
     )
     h_init = b[:, 0].float().exp() if log else (h0.float() if h0 is not None else torch.zeros_like(sum_h[:, 0]))
     run_a, run_h = _forward(sum_a, sum_h, h_init, log=False, write_a=write_a, nc=1)
@@ -237,7 +237,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
     grid = (B * nc, triton.cdiv(D, block_d))
     consts = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
-                  STAGES=common.ELEMENTWISE_STAGES, num_warps=warps)
+                  STAGES=common.stages(log, "bwd"), num_warps=warps)
     strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
     carry_h = carry_a = None
     if nc > 1:
