@@ -3,6 +3,7 @@
 # parts at once, one per GPU (scans + copy bandwidth on GPU 0; parity, mixers, peers, scaling on GPU 1), merged
 # into experiments/asv/results by tools/merge_asv_results.py, rendered, and packed into
 # $OUT/results.tgz. The copy bandwidth is measured on GPU 0 with the timings it scales.
+# ONLY=REGEX: one GPU, that selection alone (a partial run; the renderer needs --partial).
 set -uo pipefail
 source scripts/device_setup.sh || exit 1
 commit=$(git rev-parse HEAD) machine=${MACHINE:-h200} root=$PWD
@@ -26,10 +27,16 @@ PY
   echo "part $1 ($2) rc=$? at $(( $(date +%s) - start ))s"
 }
 start=$(date +%s)
-part 0 "bench_scans" &
-part 1 "bench_parity|bench_mixers|bench_roofline" &
-wait
-python3 tools/merge_asv_results.py experiments/asv/results /tmp/asv-part0/results /tmp/asv-part1/results
+if [ -n "${ONLY:-}" ]; then  # one GPU: just this selection (a partial run)
+  part 0 "$ONLY"
+  parts=(/tmp/asv-part0/results)
+else
+  part 0 "bench_scans" &
+  part 1 "bench_parity|bench_mixers|bench_roofline" &
+  wait
+  parts=(/tmp/asv-part0/results /tmp/asv-part1/results)
+fi
+python3 tools/merge_asv_results.py experiments/asv/results "${parts[@]}"
 python3 tools/render_artifacts.py --machine "$machine" --readme README.md
 rc=$?
 tar czf "${OUT:-.}/results.tgz" experiments/asv experiments/bench README.md
