@@ -61,8 +61,11 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     missing: list[str] = []
 
     times, peaks = values(run, f"{SCANS}.track_time"), values(run, f"{SCANS}.track_peak_cuda_memory")
+    # ops (and parity cases) this run's suite had: a run from before an op joined the grid
+    # is rendered without it, not refused
+    ops = [op for op in grid.OP_NAMES if any(k[0] == op for k in times)] or list(grid.OP_NAMES)
     cells = dict(seconds={}, peak_bytes={}, skipped={}, bytes={})
-    for op in grid.OP_NAMES:
+    for op in ops:
         for shape in grid.SHAPES:
             ins, outs = measure.meta_inputs_outputs(op, shape)
             for direction in grid.DIRECTIONS:
@@ -79,7 +82,8 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     copy_bw = _need(values(run, "bench_scans.track_copy_bandwidth"), (), missing, "bench_scans.track_copy_bandwidth")
 
     failing = values(run, f"{PARITY}.track_failing_cases")
-    for case in grid.OP_NAMES + grid.MIXER_LABELS:
+    cases = [c for c in grid.OP_NAMES + grid.MIXER_LABELS if any(k[0] == c for k in failing)]
+    for case in cases or grid.OP_NAMES + grid.MIXER_LABELS:
         for direction in grid.PARITY_DIRECTIONS:
             rows = [r for r in parity["rows"] if r["op"] == case and r["direction"] == direction]
             count = _need(failing, (case, direction), missing, f"{PARITY}.track_failing_cases{(case, direction)}")
@@ -135,7 +139,7 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
 def headline_payload(env, bench, parity_rows, memory) -> dict:
     """The README's headline: every op at `large`, parity count, the fused mixer's memory."""
     large = []
-    for op in grid.OP_NAMES:
+    for op in dict.fromkeys(r["op"] for r in bench["rows"]):
         cells = {r["direction"]: r for r in bench["rows"] if r["op"] == op and r["shape"] == "large"}
         large.append((op, cells))
     lab = [r for r in memory["rows"] if r["shape"].startswith("lab")]
