@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from scankit.bench import grid, measure, peers  # noqa: E402
-from scankit.bench.cases import OPS, bytes_moved  # noqa: E402
+from scankit.bench import grid, measure, suite  # noqa: E402
+from scankit.bench.cases import bytes_moved  # noqa: E402
 from scankit.triton import affine, common  # noqa: E402
 
 START = time.time()
@@ -74,40 +74,25 @@ def elementwise_sweep(budget, log):
 
 
 def peer_sweep(budget, log):
-    op = grid.STATE_OP
-    for shape, direction in itertools.product(grid.SHAPES, grid.DIRECTIONS):
-        for impl in ("triton",) + grid.PEERS:
-            if time.time() - START > budget:
-                return
-            xs = measure.inputs_for(op, shape, direction)
-            reason = peers.unavailable(impl, "cuda", direction) if impl != "triton" else None
-            us, err = None, reason
-            if reason is None:
-                try:
-                    if impl == "triton":
-                        fn = measure.workload(op, impl, direction, xs)
-                    else:
-                        run, args = peers.peer_fn(impl, *xs)
-                        fn = measure.callable_workload(run, args, direction)
-                    us = measure.median_us(fn)
-                except Exception as exc:  # a peer that cannot do this cell: record why
-                    err = f"{type(exc).__name__}: {exc}"[:200]
-            log(dict(section="peers", op=op, shape=shape, direction=direction, impl=impl, us=us, error=err,
-                     tbps=tbps(op, shape, direction, us) if us else None))
-            del xs
-            torch.cuda.empty_cache()
+    """The asv Peers cells (scankit.bench.suite.peer_cells) beside triton's time, per shape."""
+    for shape in grid.SHAPES:
+        if time.time() - START > budget:
+            return
+        cells = suite.peer_cells(shapes=(shape,))
+        for direction in grid.DIRECTIONS:
+            log(dict(section="peers", shape=shape, direction=direction, impl="triton",
+                     us=timed(grid.STATE_OP, shape, direction)))
+            for name in grid.PEERS:
+                s = cells["seconds"].get((shape, name, direction))
+                log(dict(section="peers", shape=shape, direction=direction, impl=name,
+                         us=None if s is None else s * 1e6, error=cells["skipped"].get((shape, name, direction))))
 
 
 def scaling_sweep(budget, log):
-    for op, log2t in itertools.product(grid.SCALING_OPS, grid.SCALING_LOG2T):
-        if time.time() - START > budget:
-            return
-        dims = dict(B=grid.SCALING_B, T=2 ** log2t, D=grid.SCALING_D)
-        xs = OPS[op].inputs(dims, device="cuda")
-        us = measure.median_us(measure.workload(op, "triton", "fwd", xs))
-        log(dict(section="scaling", op=op, T=2 ** log2t, us=us, ns_per_elem=1e3 * us / (dims["T"] * dims["D"])))
-        del xs
-        torch.cuda.empty_cache()
+    """The asv Scaling cells (scankit.bench.suite.scaling_cells)."""
+    for (op, log2t), s in suite.scaling_cells()["seconds"].items():
+        log(dict(section="scaling", op=op, T=2 ** log2t, us=s * 1e6,
+                 ns_per_elem=1e9 * s / (grid.SCALING_B * 2 ** log2t * grid.SCALING_D)))
 
 
 def host_profile(budget, log):

@@ -211,3 +211,29 @@ def test_torch_compile_fullgraph(op_name, launches):
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r)
     assert launches
+
+
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_eager_calls_launch_triton_directly(op_name, monkeypatch):
+    """Outside torch.compile every launch happens with wrap_triton's tracing disabled, as
+    inside a triton_op (enabled, each eager launch goes through the tracing HOP on the GPU:
+    its host cost made the chunked B=1 path ~1 ms). The interpreter never takes the HOP, so
+    the flag itself is what is checked."""
+    from torch._library.triton import is_wrap_triton_enabled
+    from torch.library import wrap_triton
+
+    from scankit.triton import affine, elementwise, givens
+
+    flags = []
+
+    def recording(kernel):
+        flags.append(is_wrap_triton_enabled())
+        return wrap_triton(kernel)
+
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    for module in (affine, elementwise, givens):
+        monkeypatch.setattr(module, "wrap_triton", recording)
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS_SMALL[op_name], T=9), device=DEVICE)]
+    out = OPS[op_name].fn(*xs)
+    torch.autograd.grad(sum(o.float().sum() for o in as_tuple(out)), xs)
+    assert flags and not any(flags), flags

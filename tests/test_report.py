@@ -29,3 +29,51 @@ def test_parity_and_memory_templates(tmp_path):
     mem = dict(env=ENV, rows=[dict(mixer="m", shape="lab", path="generic", peak_bytes=2**20, time_us=10.0)],
                ratios=[dict(mixer="m", shape="lab", ratio=10.0, speedup=2.0)])
     assert "| m | lab | generic | 1.00 | 10.0 |" in report.render("scan_memory", mem)
+
+
+def _roofline_inputs():
+    """A bench payload with linear_scan_state rows (floor 1 us at 4 TB/s), peers and scaling."""
+    from scankit.bench import grid
+
+    rows = []
+    for op in grid.OP_NAMES:
+        for shape in grid.SHAPES:
+            for direction in grid.DIRECTIONS:
+                rows.append(dict(op=op, shape=shape, direction=direction, bytes=4_000_000, triton_us=2.0,
+                                 eager_us=20.0, torch_compile_us=4.0))
+    bench = dict(env=ENV, rows=rows, skipped=[], copy_bw=4.0e12)
+    peers = {(s, p, d): 3e-6 for s in grid.SHAPES for p in grid.PEERS for d in grid.DIRECTIONS}
+    large = grid.SHAPES["large"]
+    per_elem = 2e-6 / (large.B * large.T * large.D)  # seconds per element at `large`
+    scaling = {(op, t): per_elem * grid.SCALING_B * 2 ** t * grid.SCALING_D * (1.5 if t == 20 else 1.0)
+               for op in grid.SCALING_OPS for t in grid.SCALING_LOG2T}
+    return bench, peers, scaling
+
+
+def test_roofline_payload_targets_and_render(tmp_path):
+    from scankit.bench import roofline
+
+    payload = roofline.payload(ENV, *_roofline_inputs())
+    row = next(r for r in payload["rows"] if r["op"] == "linear_scan_state" and r["shape"] == "large")
+    assert row["floor_us"] == 1.0 and row["pct"] == 50.0 and row["tbps"] == 2.0
+    assert row["fla_chunk_hgrn_us"] == 3.0
+    by = {(t["target"], t["op"], t["shape"], t["direction"]): t for t in payload["targets"]}
+    assert not by["elementwise fwd at the roofline", "linear_scan_state", "large", "fwd"]["met"]  # 50% < 85%
+    fla = by["vs fla-core chunk_hgrn", "linear_scan_state", "lab", "fwd"]
+    assert fla["value"] == 1.5 and not fla["met"]  # bar 2x
+    assert by["vs torch.compile of the eager reference", "linear_scan_state", "lab", "fwd"]["value"] == 2.0
+    scal = [t for t in payload["targets"] if t["target"].startswith("scaling")]
+    assert sum(not t["met"] for t in scal) == 2  # only T = 2^20 (1.5x) misses, for both ops
+    md = report.write("scan_roofline", payload, tmp_path)[1].read_text()
+    assert "| linear_scan_state | large | fwd | 4.0 | 2.0 | 1.0 | 2.00 | 50% | 4.0 | 20.0 |" in md
+    assert "3.0 (1.50×)" in md and "**no**" in md
+
+
+def test_roofline_plot_is_deterministic(tmp_path):
+    from scankit.bench import roofline
+
+    payload = roofline.payload(ENV, *_roofline_inputs())
+    roofline.plot(payload, tmp_path / "a.png")
+    roofline.plot(payload, tmp_path / "b.png")
+    data = (tmp_path / "a.png").read_bytes()
+    assert data.startswith(b"\x89PNG") and data == (tmp_path / "b.png").read_bytes()

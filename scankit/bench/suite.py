@@ -199,19 +199,20 @@ def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
     seconds, skipped = {}, {}
     for shape in shapes:
         for direction in grid.DIRECTIONS:
+            xs = measure.inputs_for(grid.STATE_OP, shape, direction) if dev == "cuda" else None
             for name in grid.PEERS:
                 reason = peers.unavailable(name, dev, direction)
                 if reason:
                     skipped[shape, name, direction] = reason
                     continue
-                xs = measure.inputs_for(grid.STATE_OP, shape, direction)
                 try:
                     run, args = peers.peer_fn(name, *xs)
                     seconds[shape, name, direction] = measure.median_us(
                         measure.callable_workload(run, args, direction)) * 1e-6
                 except Exception as exc:  # a peer that cannot do this cell: say so in the table
                     skipped[shape, name, direction] = f"{type(exc).__name__}: {exc}"[:160]
-                del xs
+            del xs
+            if dev == "cuda":
                 torch.cuda.empty_cache()
     return dict(seconds=seconds, skipped=skipped)
 

@@ -9,14 +9,12 @@ The backward walks t = T..1: ``G^_t = G_t + A_{t+1}^T G^_{t+1}``,
 forward outputs. Long sequences with few lanes split T into chunks as in
 ``elementwise``: summary pass, a scan of the chunk summaries (this same kernel), main pass.
 """
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import wrap_triton
 
-from .common import empty_like_shape as _empty, num_chunks, on_gpu, prefix_scan_autograd
+from .common import num_chunks, on_gpu, prefix_scan_op
 
 
 @triton.jit
@@ -244,29 +242,8 @@ def _reverse_carry(prod, state):
     return torch.cat([torch.zeros_like(run[:, :1]), run[:, :-1]], dim=1).flip(1).contiguous()
 
 
-def _affine_fwd(A: torch.Tensor, B: torch.Tensor, h0: Optional[torch.Tensor], return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    Abar, out = _forward(A, B, h0 if not return_prefix else None, track_a=return_prefix)
-    return (Abar if Abar is not None else out.new_empty(0)), out
-
-
-def _affine_bwd(A: torch.Tensor, h0: Optional[torch.Tensor], Abar: torch.Tensor, out: torch.Tensor,
-                g_Abar: Optional[torch.Tensor], g_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dA, dB, dh0 = _backward(A, h0, g_out, g_Abar, out, Abar if g_Abar is not None else None)
-    return dA, dB, (dh0 if dh0 is not None else A.new_empty(0))
-
-
-affine_scan_fwd = triton_op("scankit::affine_scan_fwd", mutates_args={})(_affine_fwd)
-affine_scan_bwd = triton_op("scankit::affine_scan_bwd", mutates_args={})(_affine_bwd)
-
-
-@affine_scan_fwd.register_fake
-def _(A, B, h0, return_prefix):
-    return _empty(A.shape if return_prefix else (0,), A), _empty(B.shape, B)
-
-
-@affine_scan_bwd.register_fake
-def _(A, h0, Abar, out, g_Abar, g_out):
-    return _empty(A.shape, A), _empty(g_out.shape, A), _empty(h0.shape if h0 is not None else (0,), A)
-
-
-affine_scan = prefix_scan_autograd(affine_scan_fwd, _affine_fwd, affine_scan_bwd, _affine_bwd)
+affine_scan = prefix_scan_op(
+    "affine_scan",
+    lambda A, B, h0, track_a: _forward(A, B, h0, track_a=track_a),
+    lambda A, h0, Abar, out, g_Abar, g_out: _backward(A, h0, g_out, g_Abar, out, Abar if g_Abar is not None else None),
+)

@@ -1,7 +1,11 @@
-"""Launch geometry and the kernels' envelope, shared by every scan kernel."""
+"""Launch geometry, the kernels' envelope, and the custom-op / autograd wiring shared by
+every scan kernel."""
 import functools
+from typing import Optional
 
 import torch
+from torch._library.triton import set_wrap_triton_enabled
+from torch.library import triton_op
 
 from ..dispatch import ScanFallback
 
@@ -78,12 +82,20 @@ def on_compile_path() -> bool:
     return torch.compiler.is_compiling()
 
 
+def _direct(impl, *args):
+    """Run a custom op's body outside the op: its ``wrap_triton`` launches go straight to
+    Triton, as inside ``triton_op`` (left enabled, each launch goes through the tracing HOP
+    in eager mode, ~0.3 ms of host time per launch)."""
+    with set_wrap_triton_enabled(False):
+        return impl(*args)
+
+
 def either(op, impl):
     """Call the registered custom ``op`` under torch.compile and its Python body ``impl``
     otherwise: the custom-op dispatch layers cost ~0.25 ms of host time per call (H200
     profile, NOTES.md), more than the kernels take at small shapes."""
     def call(*args):
-        return op(*args) if on_compile_path() else impl(*args)
+        return op(*args) if on_compile_path() else _direct(impl, *args)
     return call
 
 
@@ -106,7 +118,34 @@ def with_autograd(op, impl, setup, backward):
             return backward(ctx, *grads)
 
     Eager.__name__ = Eager.__qualname__ = f"{op._name.split('::')[-1]}_eager"
-    return either(op, Eager.apply)
+    return either(op, Eager.apply)  # Eager.apply runs under _direct
+
+
+def prefix_scan_op(name: str, forward, backward):
+    """The custom ops ``scankit::{name}_fwd`` / ``_bwd`` of an affine scan (fake impls and
+    autograd included) and the callable the entry points use.
+
+    ``forward(coeffs, inputs, h0, return_prefix) -> (prefix or None, states)``;
+    ``backward(coeffs, h0, prefix, states, g_prefix, g_states) -> (d_coeffs, d_inputs, d_h0 or None)``.
+    """
+    def fwd(coeffs: torch.Tensor, inputs: torch.Tensor, h0: Optional[torch.Tensor],
+            return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        prefix, states = forward(coeffs, inputs, h0 if not return_prefix else None, return_prefix)
+        return (prefix if prefix is not None else states.new_empty(0)), states
+
+    def bwd(coeffs: torch.Tensor, h0: Optional[torch.Tensor], prefix: torch.Tensor, states: torch.Tensor,
+            g_prefix: Optional[torch.Tensor], g_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        d_coeffs, d_inputs, d_h0 = backward(coeffs, h0, prefix, states, g_prefix, g_states)
+        return d_coeffs, d_inputs, (d_h0 if d_h0 is not None else coeffs.new_empty(0))
+
+    fwd_op = triton_op(f"scankit::{name}_fwd", mutates_args={})(fwd)
+    bwd_op = triton_op(f"scankit::{name}_bwd", mutates_args={})(bwd)
+    fwd_op.register_fake(lambda coeffs, inputs, h0, return_prefix: (
+        empty_like_shape(coeffs.shape if return_prefix else (0,), coeffs), empty_like_shape(inputs.shape, inputs)))
+    bwd_op.register_fake(lambda coeffs, h0, prefix, states, g_prefix, g_states: (
+        empty_like_shape(coeffs.shape, coeffs), empty_like_shape(states.shape, coeffs),
+        empty_like_shape(h0.shape if h0 is not None else (0,), coeffs)))
+    return prefix_scan_autograd(fwd_op, fwd, bwd_op, bwd)
 
 
 def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):

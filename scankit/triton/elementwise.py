@@ -262,32 +262,12 @@ def _reverse_carry(prod, state):
     return torch.cat([torch.zeros_like(run[:, :1]), run[:, :-1]], dim=1).flip(1).contiguous()
 
 
-def _linear_fwd(a: torch.Tensor, b: torch.Tensor, h0: Optional[torch.Tensor], return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    prod, h = _forward(a, b, h0 if not return_prefix else None, log=False, write_a=return_prefix)
-    return (prod if prod is not None else h.new_empty(0)), h
-
-
-def _linear_bwd(a: torch.Tensor, h0: Optional[torch.Tensor], prod: torch.Tensor, h: torch.Tensor,
-                g_prod: Optional[torch.Tensor], g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    da, db, dh0 = _backward(a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None, log=False)
-    return da, db, (dh0 if dh0 is not None else a.new_empty(0))
-
-
-linear_scan_fwd = triton_op("scankit::linear_scan_fwd", mutates_args={})(_linear_fwd)
-linear_scan_bwd = triton_op("scankit::linear_scan_bwd", mutates_args={})(_linear_bwd)
-
-
-@linear_scan_fwd.register_fake
-def _(a, b, h0, return_prefix):
-    return _empty(a.shape if return_prefix else (0,), a), _empty(a.shape, a)
-
-
-@linear_scan_bwd.register_fake
-def _(a, h0, prod, h, g_prod, g_h):
-    return _empty(a.shape, a), _empty(a.shape, a), _empty(h0.shape if h0 is not None else (0,), a)
-
-
-linear_scan = common.prefix_scan_autograd(linear_scan_fwd, _linear_fwd, linear_scan_bwd, _linear_bwd)
+linear_scan = common.prefix_scan_op(
+    "linear_scan",
+    lambda a, b, h0, write_a: _forward(a, b, h0, log=False, write_a=write_a),
+    lambda a, h0, prod, h, g_prod, g_h: _backward(a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None,
+                                                  log=False),
+)
 
 
 def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
