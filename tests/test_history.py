@@ -1,5 +1,6 @@
 """tools/run_history.py: skips what is measured or has no suite; runs a commit in a worktree
 and merges its (partial, here) result into the database."""
+import json
 import os
 import subprocess
 import sys
@@ -44,4 +45,43 @@ def test_runs_a_commit_in_a_worktree_and_merges_it(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert f"done  {head[:12]}" in out.stdout and "partial" in out.stdout
     assert list((results / "smoke").glob(f"{head[:8]}-*.json"))
+    assert len(git("worktree", "list").splitlines()) == 1, "the worktree was left behind"
+
+
+def test_share_out_balances_modules_over_gpus():
+    sys.path.insert(0, str(ROOT / "tools"))
+    from run_history import share_out
+
+    mods = ["bench_mixers", "bench_parity", "bench_roofline", "bench_scans"]
+    two = share_out(mods, 2)
+    assert sorted(sum(two, [])) == mods and len(two) == 2
+    assert ["bench_scans"] in share_out(mods, 3)
+    assert share_out(mods, 1) == [["bench_scans", "bench_parity", "bench_roofline", "bench_mixers"]]
+    assert len(share_out(mods, 8)) == 4  # no empty groups
+
+
+def test_runs_a_commit_in_parts_and_merges_them_whole(tmp_path):
+    """Two 'GPUs' (ids only: the CPU smoke suite ignores them): the modules split, both
+    parts' benchmarks land in one result file."""
+    head = git("rev-parse", "HEAD")
+    results = tmp_path / "results"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    out = history("HEAD", "--machine", "smoke", "--gpus", "0,1", "--results-dir", str(results),
+                  "--log-dir", str(logs), SCANKIT_BENCH_SMOKE="1", TRITON_INTERPRET="1", HOME=str(tmp_path))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "part 0 on GPU 0" in out.stdout and "part 1 on GPU 1" in out.stdout
+    assert sorted(p.name for p in logs.iterdir()) == [f"{head[:8]}-part0.log", f"{head[:8]}-part1.log"]
+    (result,) = (results / "smoke").glob(f"{head[:8]}-*.json")
+    modules = {name.split(".")[0] for name in json.loads(result.read_text())["results"]}
+    assert {"bench_scans", "bench_parity"} <= modules, modules
+    assert (results / "benchmarks.json").exists()
+    assert len(git("worktree", "list").splitlines()) == 1, "the worktree was left behind"
+
+
+def test_a_part_past_its_time_limit_is_stopped(tmp_path):
+    out = history("HEAD", "--machine", "smoke", "--gpus", "0,1", "--results-dir", str(tmp_path / "results"),
+                  "--timeout", "1", SCANKIT_BENCH_SMOKE="1", TRITON_INTERPRET="1", HOME=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "stopped at the 1 s limit" in out.stdout and "no result produced" in out.stdout
     assert len(git("worktree", "list").splitlines()) == 1, "the worktree was left behind"

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Run the asv suite offline for every commit of a range, each commit's code in isolation.
 
-    python tools/run_history.py REV_RANGE [--machine h200] [--python python3] [--bench REGEX] [--dry-run]
+    python tools/run_history.py REV_RANGE [--machine h200] [--python python3] [--bench REGEX]
+        [--gpus 0,1] [--timeout S] [--log-dir DIR] [--dry-run]
 
 Each commit is checked out in its own git worktree and measured by its own suite (its
 asv.conf.json and benchmarks/) in an asv ``existing`` environment, into a staging results
 dir; the result (and its parity rows) is then merged into the committed database
-(experiments/asv/results). Commits that already have a complete result on the machine are
+(experiments/asv/results). With several ``--gpus`` the suite's benchmark modules are
+shared out over them (one asv process per GPU, at once) and the parts merged back into one
+result (tools/merge_asv_results.py). Commits that already have a complete result on the machine are
 skipped; a partial new result never replaces a complete one. Commits without an asv suite
 are skipped, said so.
 """
@@ -19,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,8 +63,28 @@ def result_files(results_dir: Path, machine: str, commit: str) -> list[Path]:
     return [p for p in (results_dir / machine).glob(f"{commit[:8]}-*.json")]
 
 
-def measure(commit: str, machine: str, python: str, bench: str | None, stage: Path) -> Path:
-    """asv run of ``commit`` in a worktree into ``stage``; returns the staged results dir."""
+# Relative cost of each suite module (cold, on the H200), to share them out over GPUs
+MODULE_COST = {"bench_scans": 3.0, "bench_parity": 2.0, "bench_roofline": 1.5, "bench_mixers": 0.5}
+
+
+def share_out(modules: list[str], n: int) -> list[list[str]]:
+    """Benchmark modules in ``n`` groups of near-equal cost (costliest first, each to the
+    lightest group); empty groups dropped."""
+    groups: list[list[str]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for mod in sorted(modules, key=lambda m: (-MODULE_COST.get(m, 1.0), m)):
+        i = load.index(min(load))
+        groups[i].append(mod)
+        load[i] += MODULE_COST.get(mod, 1.0)
+    return [g for g in groups if g]
+
+
+def measure(commit: str, machine: str, python: str, bench: str | None, stage: Path,
+            gpus: list[str] | None = None, timeout: float | None = None, log_dir: Path | None = None) -> Path:
+    """asv run of ``commit`` in a worktree into ``stage`` (one asv process per GPU of
+    ``gpus``, its share of the suite each); returns the staged dir."""
+    from merge_asv_results import merge as merge_parts
+
     tree = stage / "tree"
     git("worktree", "add", "--detach", str(tree), commit)
     try:
@@ -68,20 +92,53 @@ def measure(commit: str, machine: str, python: str, bench: str | None, stage: Pa
                                           "print(json.dumps(asv.util.load_json(sys.argv[1], js_comments=True)))",
                                           str(tree / "asv.conf.json")], check=True, capture_output=True,
                                          text=True).stdout)
-        results = stage / "results"
-        conf.update(repo=str(ROOT), benchmark_dir=str(tree / "benchmarks"), results_dir=str(results),
-                    env_dir=str(stage / "env"), html_dir=str(stage / "html"))
-        (stage / "asv.conf.json").write_text(json.dumps(conf))
         env = dict(os.environ, SCANKIT_ASV_MACHINE=machine, SCANKIT_ASV_COMMIT=commit,
                    SCANKIT_ASV_PARITY_DIR=str(stage / "parity"))
         asv = [python, "-m", "asv"]
+        conf.update(repo=str(ROOT), benchmark_dir=str(tree / "benchmarks"), results_dir=str(stage / "results"),
+                    env_dir=str(stage / "env"), html_dir=str(stage / "html"))
+        (stage / "asv.conf.json").write_text(json.dumps(conf))
         subprocess.run(asv + ["machine", "--yes", "--machine", machine], cwd=stage, env=env, check=True)
-        cmd = asv + ["run", "-E", f"existing:{shutil.which(python) or python}", "--set-commit-hash", commit,
-                     "--machine", machine]
-        subprocess.run(cmd + (["--bench", bench] if bench else []), cwd=stage, env=env)
+        if bench or not gpus or len(gpus) < 2:
+            selections = [bench]
+        else:
+            modules = sorted(p.stem for p in (tree / "benchmarks").glob("bench_*.py"))
+            selections = [f"^({'|'.join(group)})\\." for group in share_out(modules, len(gpus))]
+        procs = []
+        for i, selection in enumerate(selections):
+            part = stage / f"part{i}"
+            part.mkdir()
+            (part / "asv.conf.json").write_text(json.dumps(dict(conf, results_dir=str(part / "results"))))
+            cmd = asv + ["run", "-E", f"existing:{shutil.which(python) or python}", "--set-commit-hash", commit,
+                         "--machine", machine, "--show-stderr"] + (["--bench", selection] if selection else [])
+            part_env = dict(env, CUDA_VISIBLE_DEVICES=gpus[i]) if gpus else env
+            log = open(log_dir / f"{commit[:8]}-part{i}.log", "w") if log_dir else None
+            print(f"part {i}{f' on GPU {gpus[i]}' if gpus else ''}: {selection or 'whole suite'}", flush=True)
+            procs.append((subprocess.Popen(cmd, cwd=part, env=part_env, stdout=log, stderr=log), log))
+        deadline = time.monotonic() + timeout if timeout else None
+        for i, (proc, log) in enumerate(procs):
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()) if deadline else None)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                print(f"part {i}: stopped at the {timeout:.0f} s limit", flush=True)
+            if log:
+                log.close()
+        merge_parts(stage / "results", [stage / f"part{i}" / "results" for i in range(len(procs))])
         return stage
     finally:
         git("worktree", "remove", "--force", str(tree))
+
+
+def newest(results_dir: Path, machine: str, commit: str) -> bool:
+    """Whether every commit measured on ``machine`` is ``commit`` or one of its ancestors."""
+    for path in (results_dir / machine).glob("*.json"):
+        other = json.loads(path.read_text()).get("commit_hash")
+        if other and subprocess.run(["git", "merge-base", "--is-ancestor", other, commit], cwd=ROOT,
+                                    capture_output=True).returncode:
+            return False
+    return True
 
 
 def merge(stage: Path, results_dir: Path, machine: str, commit: str) -> str:
@@ -101,10 +158,12 @@ def merge(stage: Path, results_dir: Path, machine: str, commit: str) -> str:
     for name in ("machine.json",):
         if not (results_dir / machine / name).exists():
             shutil.copy2(stage / "results" / machine / name, results_dir / machine / name)
-    # benchmarks.json describes the newest suite (make bench at HEAD writes it): an older
-    # commit's suite only fills it in when there is none yet
-    if (stage / "results" / "benchmarks.json").exists() and not (results_dir / "benchmarks.json").exists():
-        shutil.copy2(stage / "results" / "benchmarks.json", results_dir / "benchmarks.json")
+    # benchmarks.json describes the newest suite measured: an older commit's suite only fills
+    # it in when there is none yet
+    staged_suite = stage / "results" / "benchmarks.json"
+    if staged_suite.exists() and (not (results_dir / "benchmarks.json").exists()
+                                  or newest(results_dir, machine, commit)):
+        shutil.copy2(staged_suite, results_dir / "benchmarks.json")
     parity = stage / "parity" / machine / f"{commit}.json"
     if parity.exists():
         target = results_dir.parent / "parity" / machine
@@ -119,6 +178,9 @@ def main(argv=None) -> int:
     parser.add_argument("--machine", default="h200")
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch + triton (+ asv)")
     parser.add_argument("--bench", help="asv --bench regex (a subset: results will be partial)")
+    parser.add_argument("--gpus", help="comma-separated GPU ids: the suite shared out over them, one asv per GPU")
+    parser.add_argument("--timeout", type=float, help="seconds each asv process may run (what finished is kept)")
+    parser.add_argument("--log-dir", help="write each asv process's output to DIR/COMMIT-partN.log")
     parser.add_argument("--results-dir", default=str(ROOT / "experiments" / "asv" / "results"))
     parser.add_argument("--dry-run", action="store_true", help="say what would run")
     args = parser.parse_args(argv)
@@ -140,7 +202,9 @@ def main(argv=None) -> int:
             print(f"run   {label}")
             continue
         with tempfile.TemporaryDirectory(prefix="scankit-history-") as tmp:
-            measure(commit, args.machine, args.python, args.bench, Path(tmp))
+            measure(commit, args.machine, args.python, args.bench, Path(tmp),
+                    gpus=args.gpus.split(",") if args.gpus else None, timeout=args.timeout,
+                    log_dir=Path(args.log_dir) if args.log_dir else None)
             print(f"done  {label}: {merge(Path(tmp), results_dir, args.machine, commit)}")
     return 0
 
