@@ -70,7 +70,7 @@ def test_runs_a_commit_in_parts_and_merges_them_whole(tmp_path):
     out = history("HEAD", "--machine", "smoke", "--gpus", "0,1", "--results-dir", str(results),
                   "--log-dir", str(logs), SCANKIT_BENCH_SMOKE="1", TRITON_INTERPRET="1", HOME=str(tmp_path))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "part 0 on GPU 0" in out.stdout and "part 1 on GPU 1" in out.stdout
+    assert "part 0 on GPU 0, CPUs 0-" in out.stdout and "part 1 on GPU 1, CPUs" in out.stdout
     assert sorted(p.name for p in logs.iterdir()) == [f"{head[:8]}-part0.log", f"{head[:8]}-part1.log"]
     (result,) = (results / "smoke").glob(f"{head[:8]}-*.json")
     modules = {name.split(".")[0] for name in json.loads(result.read_text())["results"]}

@@ -104,6 +104,12 @@ def measure(commit: str, machine: str, python: str, bench: str | None, stage: Pa
         else:
             modules = sorted(p.stem for p in (tree / "benchmarks").glob("bench_*.py"))
             selections = [f"^({'|'.join(group)})\\." for group in share_out(modules, len(gpus))]
+        # parts share the host's CPUs out too: a part's compiles must not slow another's
+        # host-bound timings (small shapes measure launch overhead)
+        cpus = sorted(os.sched_getaffinity(0))
+        per = max(1, len(cpus) // len(selections))
+        cpu_sets = [set(cpus[i * per:(i + 1) * per]) or set(cpus) for i in range(len(selections))] \
+            if len(selections) > 1 else [None]
         procs = []
         for i, selection in enumerate(selections):
             part = stage / f"part{i}"
@@ -113,8 +119,12 @@ def measure(commit: str, machine: str, python: str, bench: str | None, stage: Pa
                          "--machine", machine, "--show-stderr"] + (["--bench", selection] if selection else [])
             part_env = dict(env, CUDA_VISIBLE_DEVICES=gpus[i]) if gpus else env
             log = open(log_dir / f"{commit[:8]}-part{i}.log", "w") if log_dir else None
-            print(f"part {i}{f' on GPU {gpus[i]}' if gpus else ''}: {selection or 'whole suite'}", flush=True)
-            procs.append((subprocess.Popen(cmd, cwd=part, env=part_env, stdout=log, stderr=log), log))
+            where = (f" on GPU {gpus[i]}" if gpus else "") + \
+                (f", CPUs {min(cpu_sets[i])}-{max(cpu_sets[i])}" if cpu_sets[i] else "")
+            print(f"part {i}{where}: {selection or 'whole suite'}", flush=True)
+            pin = (lambda c=cpu_sets[i]: os.sched_setaffinity(0, c)) if cpu_sets[i] else None
+            procs.append((subprocess.Popen(cmd, cwd=part, env=part_env, stdout=log, stderr=log,
+                                           preexec_fn=pin), log))
         deadline = time.monotonic() + timeout if timeout else None
         for i, (proc, log) in enumerate(procs):
             try:
