@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections matrix2 affine elementwise peers scaling host] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections affine elementwise peers scaling host] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -56,23 +56,6 @@ def affine_sweep(budget, log):
                          op=op, shape=shape, direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
     affine.TUNING.update(base[0])
     common.PROGRAMS_PER_SM.update(base[1])
-
-
-def matrix2_sweep(budget, log):
-    """Tiles of the 2x2 (matrix_scan) forward kernel: affine.TILES_2X2, and programs per SM."""
-    base = dict(affine.TILES_2X2), common.PROGRAMS_PER_SM["elementwise"]
-    tiles = ((32, 32, 4), (16, 32, 2), (16, 64, 4), (32, 64, 4), (64, 32, 4), (32, 128, 8), (64, 64, 8))
-    for (block_t, block_n, warps), stages, per_sm in itertools.product(tiles, (None, 3), (4,)):
-        for shape, direction in itertools.product(("large", "vlong"), ("fwd",)):
-            if time.time() - START > budget:
-                return
-            affine.TILES_2X2.update(block_t=block_t, block_n=block_n, num_warps=warps, stages=stages)
-            common.PROGRAMS_PER_SM["elementwise"] = per_sm
-            us = timed("matrix_scan", shape, direction)
-            log(dict(section="matrix2", block_t=block_t, block_n=block_n, warps=warps, stages=stages, per_sm=per_sm,
-                     shape=shape, direction=direction, us=us, tbps=tbps("matrix_scan", shape, direction, us)))
-    affine.TILES_2X2.update(base[0])
-    common.PROGRAMS_PER_SM["elementwise"] = base[1]
 
 
 def elementwise_sweep(budget, log):
@@ -141,7 +124,7 @@ def host_profile(budget, log):
         log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
 
 
-SECTIONS = dict(matrix2=matrix2_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep)
 
 

@@ -84,92 +84,6 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _combine2(a1, b1, c1, d1, x1, y1, a2, b2, c2, d2, x2, y2):
-    """(M1, v1) then (M2, v2) for 2x2 M = [[a, b], [c, d]], v = (x, y): M2 M1, M2 v1 + v2."""
-    return (a2 * a1 + b2 * c1, a2 * b1 + b2 * d1, c2 * a1 + d2 * c1, c2 * b1 + d2 * d1,
-            a2 * x1 + b2 * y1 + x2, c2 * x1 + d2 * y1 + y2)
-
-
-@triton.jit
-def _last(x, BLOCK_T: tl.constexpr):
-    rows = tl.arange(0, BLOCK_T)
-    return tl.sum(tl.where(rows[:, None] == BLOCK_T - 1, x, 0.0), axis=0)
-
-
-@triton.jit
-def _fwd2_kernel(
-    a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
-    T, N, NC, CHUNK,
-    sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sh_b, sh_n, sh_i,
-    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
-):
-    """The k = 2, v = 1 forward (``matrix_scan``) as an elementwise scan over the six
-    components of (M, v): one program owns (batch, T-chunk, BLOCK_N blocks) and walks its
-    chunk in (BLOCK_T, BLOCK_N) tiles, each scanned with ``tl.associative_scan``."""
-    pid = tl.program_id(0)
-    bi, ci = pid // NC, pid % NC
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = n < N
-    side = (bi * NC + ci) * N + n  # (B, NC, N) summary / carry slot
-    p00 = tl.full((BLOCK_N,), 1.0, tl.float32)
-    p01 = tl.zeros((BLOCK_N,), tl.float32)
-    p10 = tl.zeros((BLOCK_N,), tl.float32)
-    p11 = tl.full((BLOCK_N,), 1.0, tl.float32)
-    h0 = tl.zeros((BLOCK_N,), tl.float32)
-    h1 = tl.zeros((BLOCK_N,), tl.float32)
-    if not SUMMARY:
-        if HAS_CARRY:
-            h0 = tl.load(carry_b_ptr + side * 2, mask=nmask, other=0.0)
-            h1 = tl.load(carry_b_ptr + side * 2 + 1, mask=nmask, other=0.0)
-            if TRACK_A:
-                p00 = tl.load(carry_a_ptr + side * 4, mask=nmask, other=1.0)
-                p01 = tl.load(carry_a_ptr + side * 4 + 1, mask=nmask, other=0.0)
-                p10 = tl.load(carry_a_ptr + side * 4 + 2, mask=nmask, other=0.0)
-                p11 = tl.load(carry_a_ptr + side * 4 + 3, mask=nmask, other=1.0)
-        elif HAS_H0:
-            h0 = tl.load(h0_ptr + bi * sh_b + n * sh_n, mask=nmask, other=0.0).to(tl.float32)
-            h1 = tl.load(h0_ptr + bi * sh_b + n * sh_n + sh_i, mask=nmask, other=0.0).to(tl.float32)
-
-    t_lo = ci * CHUNK
-    for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
-        rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
-        mask = (rows < T)[:, None] & nmask[None, :]
-        pa = a_ptr + bi * sa_b + rows[:, None] * sa_t + n[None, :] * sa_n
-        pb = b_ptr + bi * sb_b + rows[:, None] * sb_t + n[None, :] * sb_n
-        # rows past T are identity steps
-        m00 = tl.load(pa, mask=mask, other=1.0).to(tl.float32)
-        m01 = tl.load(pa + sa_j, mask=mask, other=0.0).to(tl.float32)
-        m10 = tl.load(pa + sa_i, mask=mask, other=0.0).to(tl.float32)
-        m11 = tl.load(pa + sa_i + sa_j, mask=mask, other=1.0).to(tl.float32)
-        x0 = tl.load(pb, mask=mask, other=0.0).to(tl.float32)
-        x1 = tl.load(pb + sb_i, mask=mask, other=0.0).to(tl.float32)
-        r00, r01, r10, r11, rx, ry = tl.associative_scan((m00, m01, m10, m11, x0, x1), 0, _combine2)
-        s0 = r00 * h0[None, :] + r01 * h1[None, :] + rx
-        s1 = r10 * h0[None, :] + r11 * h1[None, :] + ry
-        if not SUMMARY:
-            row = (bi * T + rows[:, None]) * N + n[None, :]
-            tl.store(out_b_ptr + row * 2, s0.to(out_b_ptr.dtype.element_ty), mask=mask)
-            tl.store(out_b_ptr + row * 2 + 1, s1.to(out_b_ptr.dtype.element_ty), mask=mask)
-            if TRACK_A:
-                ty = out_a_ptr.dtype.element_ty
-                tl.store(out_a_ptr + row * 4, (r00 * p00[None, :] + r01 * p10[None, :]).to(ty), mask=mask)
-                tl.store(out_a_ptr + row * 4 + 1, (r00 * p01[None, :] + r01 * p11[None, :]).to(ty), mask=mask)
-                tl.store(out_a_ptr + row * 4 + 2, (r10 * p00[None, :] + r11 * p10[None, :]).to(ty), mask=mask)
-                tl.store(out_a_ptr + row * 4 + 3, (r10 * p01[None, :] + r11 * p11[None, :]).to(ty), mask=mask)
-        h0, h1 = _last(s0, BLOCK_T), _last(s1, BLOCK_T)
-        l00, l01, l10, l11 = _last(r00, BLOCK_T), _last(r01, BLOCK_T), _last(r10, BLOCK_T), _last(r11, BLOCK_T)
-        p00, p01, p10, p11 = l00 * p00 + l01 * p10, l00 * p01 + l01 * p11, l10 * p00 + l11 * p10, l10 * p01 + l11 * p11
-    if SUMMARY:
-        tl.store(out_a_ptr + side * 4, p00, mask=nmask)
-        tl.store(out_a_ptr + side * 4 + 1, p01, mask=nmask)
-        tl.store(out_a_ptr + side * 4 + 2, p10, mask=nmask)
-        tl.store(out_a_ptr + side * 4 + 3, p11, mask=nmask)
-        tl.store(out_b_ptr + side * 2, h0, mask=nmask)
-        tl.store(out_b_ptr + side * 2 + 1, h1, mask=nmask)
-
-
-@triton.jit
 def _bwd_kernel(
     a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
@@ -261,34 +175,11 @@ def _s(x, dims=5):
     return tuple(x.stride()) if x is not None else (0,) * dims
 
 
-# Tiles of the 2x2 forward (BLOCK_T, BLOCK_N, num_warps, pipelining stages) on the GPU
-TILES_2X2 = {"block_t": 32, "block_n": 32, "num_warps": 4, "stages": 2}
-
-
-def _launch_2x2(A, Bm, h0, carry_a, carry_b, out_a, out_b, nc, chunk, track_a, summary):
-    B, T, N = A.shape[:3]
-    tile = TILES_2X2 if on_gpu(A.device) else {"block_t": 8, "block_n": 16, "num_warps": 1, "stages": None}
-    wrap_triton(_fwd2_kernel)[(B * nc, triton.cdiv(N, tile["block_n"]))](
-        A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk,
-        *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3],
-        HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary,
-        BLOCK_T=tile["block_t"], BLOCK_N=tile["block_n"], STAGES=tile["stages"], num_warps=tile["num_warps"],
-    )
-
-
 def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
-    """(Abar or None, Bbar or h) of the block recurrence (k = 2, v = 1: the 2x2 kernel)."""
+    """(Abar or None, Bbar or h) of the block recurrence."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
-    two = K == 2 and V == 1
-    if two:
-        block_t = (TILES_2X2["block_t"] if on_gpu(A.device) else 8)
-        bn = TILES_2X2["block_n"] if on_gpu(A.device) else 16
-        nc = num_chunks(B * triton.cdiv(N, bn), T, block_t, A.device) if chunked else 1
-        chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
-        nc = triton.cdiv(T, chunk)
-    else:
-        bn, nc, chunk = _geometry(A, V) if chunked else (_block_lanes(N, K, V), 1, T)
+    bn, nc, chunk = _geometry(A, V) if chunked else (_block_lanes(N, K, V), 1, T)
     out_b = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
     out_a = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype) if track_a else out_b
     grid = (B * nc, triton.cdiv(N, bn))
@@ -297,27 +188,20 @@ def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
     if nc > 1:
         sum_a = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
-        if two:
-            _launch_2x2(A, Bm, h0, None, None, sum_a, sum_b, nc, chunk, True, True)
-        else:
-            wrap_triton(_fwd_kernel)[grid](
-                A, Bm, h0, None, None, sum_a, sum_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
-                HAS_CARRY=False, TRACK_A=True, SUMMARY=True, num_warps=_warps(A.device), **consts,
-            )
+        wrap_triton(_fwd_kernel)[grid](
+            A, Bm, h0, None, None, sum_a, sum_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
+            HAS_CARRY=False, TRACK_A=True, SUMMARY=True, num_warps=_warps(A.device), **consts,
+        )
         h_init = h0.float() if h0 is not None else torch.zeros_like(sum_b[:, 0])
         run_a, run_b = _forward(sum_a, sum_b, h_init, track_a=track_a, chunked=False)
         carry_b = torch.cat([h_init.unsqueeze(1), run_b[:, :-1]], dim=1)
         if track_a:
             eye = torch.eye(K, device=A.device).expand(B, 1, N, K, K)
             carry_a = torch.cat([eye, run_a[:, :-1]], dim=1)
-    if two:
-        _launch_2x2(A, Bm, h0 if carry_b is None else None, carry_a, carry_b, out_a, out_b, nc, chunk,
-                    track_a, False)
-    else:
-        wrap_triton(_fwd_kernel)[grid](
-            A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
-            HAS_CARRY=nc > 1, TRACK_A=track_a, SUMMARY=False, num_warps=_warps(A.device), **consts,
-        )
+    wrap_triton(_fwd_kernel)[grid](
+        A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
+        HAS_CARRY=nc > 1, TRACK_A=track_a, SUMMARY=False, num_warps=_warps(A.device), **consts,
+    )
     return (out_a if track_a else None), out_b
 
 
