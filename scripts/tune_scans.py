@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections affine elementwise peers scaling host] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections timing affine elementwise peers scaling host] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -56,6 +56,24 @@ def affine_sweep(budget, log):
                          op=op, shape=shape, direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
     affine.TUNING.update(base[0])
     common.PROGRAMS_PER_SM.update(base[1])
+
+
+def timing_ab(budget, log):
+    """measure.median_us (back-to-back blocks) beside triton's do_bench (per call, L2 flushed)
+    on the same cells in one process: how far apart the two methods are, per shape."""
+    import triton.testing
+
+    for op, shape, direction in itertools.product(("linear_scan_state", "matrix_scan"), grid.SHAPES, grid.DIRECTIONS):
+        if time.time() - START > budget:
+            return
+        xs = measure.inputs_for(op, shape, direction)
+        fn = measure.workload(op, "triton", direction, xs)
+        blocks = measure.median_us(fn)
+        per_call = 1e3 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        log(dict(section="timing", op=op, shape=shape, direction=direction, blocks_us=blocks, do_bench_us=per_call,
+                 ratio=blocks / per_call))
+        del xs, fn
+        torch.cuda.empty_cache()
 
 
 def elementwise_sweep(budget, log):
@@ -124,7 +142,7 @@ def host_profile(budget, log):
         log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
 
 
-SECTIONS = dict(host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(timing=timing_ab, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep)
 
 
