@@ -67,6 +67,11 @@ def test_roofline_payload_targets_and_render(tmp_path):
     md = report.write("scan_roofline", payload, tmp_path)[1].read_text()
     assert "| linear_scan_state | large | fwd | 4.0 | 2.0 | 1.0 | 2.00 | 50% | 4.0 | 20.0 |" in md
     assert "3.0 (1.50×)" in md and "**no**" in md
+    # every unmet target says why and what was tried; met ones are not listed
+    unmet = {t["target"] for t in payload["targets"] if not t["met"]}
+    assert {s["target"] for s in payload["status"]} == unmet
+    assert f"- **elementwise fwd at the roofline**: {roofline.TARGET_STATUS['elementwise fwd at the roofline']}" in md
+    assert set(roofline.TARGET_STATUS) == {t[0] for t in roofline.TARGETS} | {roofline.SCALING_TARGET}
 
 
 def test_roofline_plot_is_deterministic(tmp_path):
