@@ -44,16 +44,16 @@ TARGET_STATUS = {
         "program and 2 warps adopted).",
     "vs accelerated-scan (with the (B,T,D) transposes)":
         "Not measured in run 11: a CUDA illegal-address fault in accelerated-scan's fwd+bwd (with the "
-        "transposes) killed the Peers process and every peer cell with it. Peers now run one process per "
-        "peer and direction. Earlier figures (runs 6 and 9): NOTES.md.",
+        "transposes) killed the Peers process and every peer cell with it. Next: one process per peer and "
+        "direction, so a fault costs only that peer's cells. Earlier figures (runs 6 and 9): NOTES.md.",
     "vs fla-core chunk_hgrn":
         "Not measured in run 11 (the Peers fault above). Earlier figures (runs 6 and 9): NOTES.md.",
     "vs torch.compile of the eager reference":
         "At `lab` and `longT` both sides are host-bound and one scankit call costs more host time than "
         "torch.compile's graph call: the Triton launch path, three launches plus carry ops when T is "
-        "chunked. Tried: no custom-op dispatch and no wrap_triton tracing in eager calls (session 2), "
-        "host-side launch geometry without triton.cdiv (session 3, not yet measured). Next: no T-chunking "
-        "where the serial walk costs less than the extra launches.",
+        "chunked. Tried: no custom-op dispatch and no wrap_triton tracing in eager calls (session 2). Next: "
+        "host-side launch geometry without triton.cdiv (a ConstexprFunction, microseconds per host call), "
+        "and no T-chunking where the serial walk costs less than the extra launches.",
     "small shapes fwd+bwd vs eager":
         "The elementwise ops are host-bound at `lab` and `longT` (as above), where eager's few large torch "
         "ops are cheap; the block ops meet it.",

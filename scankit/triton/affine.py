@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from .common import cdiv, next_pow2, num_chunks, on_gpu, prefix_scan_op
+from .common import num_chunks, on_gpu, prefix_scan_op
 
 
 @triton.jit
@@ -155,7 +155,7 @@ TUNING = {"product_elems": 512, "min_chunk": 32, "num_warps": 2}
 
 def _block_lanes(N: int, K: int, V: int) -> int:
     """Blocks per program: keep the (BN, K, K, max(K, V)) product near TUNING's size."""
-    return max(1, min(next_pow2(N), 32, TUNING["product_elems"] // (K * K * max(K, V))))
+    return max(1, min(triton.next_power_of_2(N), 32, TUNING["product_elems"] // (K * K * max(K, V))))
 
 
 def _warps(device) -> int:
@@ -166,9 +166,9 @@ def _geometry(A, V):
     B, T, N, K, _ = A.shape
     bn = _block_lanes(N, K, V)
     min_chunk = TUNING["min_chunk"] if on_gpu(A.device) else 4
-    nc = num_chunks(B * cdiv(N, bn), T, min_chunk, A.device, family="affine")
-    chunk = cdiv(T, nc)
-    return bn, cdiv(T, chunk), chunk
+    nc = num_chunks(B * triton.cdiv(N, bn), T, min_chunk, A.device, family="affine")
+    chunk = triton.cdiv(T, nc)
+    return bn, triton.cdiv(T, chunk), chunk
 
 
 def _s(x, dims=5):
@@ -182,7 +182,7 @@ def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
     bn, nc, chunk = _geometry(A, V) if chunked else (_block_lanes(N, K, V), 1, T)
     out_b = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
     out_a = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype) if track_a else out_b
-    grid = (B * nc, cdiv(N, bn))
+    grid = (B * nc, triton.cdiv(N, bn))
     consts = dict(K=K, V=V, BN=bn, HAS_H0=h0 is not None)
     carry_a = carry_b = None
     if nc > 1:
@@ -215,7 +215,7 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     dA = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype)
     dB = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
     dh0 = torch.empty((B, N, K, V), device=A.device, dtype=A.dtype) if h0 is not None else None
-    grid = (B * nc, cdiv(N, bn))
+    grid = (B * nc, triton.cdiv(N, bn))
     consts = dict(K=K, V=V, BN=bn, HAS_H0=h0 is not None, HAS_GA=ga is not None)
     strides = (*_s(A), *_s(h0, 4))
     carry_b = carry_a = None

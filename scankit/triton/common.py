@@ -13,17 +13,6 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 KERNEL_KV = (1, 2, 4, 8, 16)
 
 
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) for launch geometry (``triton.cdiv`` is a ConstexprFunction in Triton 3.6:
-    ~6 us per host call, several per launch)."""
-    return -(-a // b)
-
-
-def next_pow2(n: int) -> int:
-    """Smallest power of two >= n (host-side ``triton.next_power_of_2``, without its overhead)."""
-    return 1 << max(0, n - 1).bit_length()
-
-
 def on_gpu(device: torch.device) -> bool:
     return device.type == "cuda"
 
