@@ -8,6 +8,7 @@ the time budget (seconds, whole run) is spent. The knobs swept are the module-le
 the kernels read (scankit.triton.common / affine), so a winner is adopted by editing them.
 """
 import argparse
+import contextlib
 import cProfile
 import io
 import itertools
@@ -42,20 +43,31 @@ def timed(op, shape, direction, impl="triton"):
         torch.cuda.empty_cache()
 
 
+@contextlib.contextmanager
+def knobs(*tables):
+    """Restore the given module-level knob dicts on leaving, however a sweep ends (its
+    budget spent midway included), so later sections measure the adopted settings."""
+    saved = [dict(t) for t in tables]
+    try:
+        yield
+    finally:
+        for table, values in zip(tables, saved):
+            table.clear()
+            table.update(values)
+
+
 def affine_sweep(budget, log):
-    base = dict(affine.TUNING), dict(common.PROGRAMS_PER_SM)
-    for per_sm, min_chunk, elems, warps in itertools.product((4, 32), (8, 32), (512, 2048), (2, 4)):
-        for op, shape in itertools.product(("matrix_scan", "matrix_affine_scan"), ("large", "vlong")):
-            for direction in ("fwd", "fwdbwd"):
-                if time.time() - START > budget:
-                    return
-                affine.TUNING.update(min_chunk=min_chunk, product_elems=elems, num_warps=warps)
-                common.PROGRAMS_PER_SM["affine"] = per_sm
-                us = timed(op, shape, direction)
-                log(dict(section="affine", per_sm=per_sm, min_chunk=min_chunk, product_elems=elems, warps=warps,
-                         op=op, shape=shape, direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
-    affine.TUNING.update(base[0])
-    common.PROGRAMS_PER_SM.update(base[1])
+    with knobs(affine.TUNING, common.PROGRAMS_PER_SM):
+        for per_sm, min_chunk, elems, warps in itertools.product((4, 32), (8, 32), (512, 2048), (2, 4)):
+            for op, shape in itertools.product(("matrix_scan", "matrix_affine_scan"), ("large", "vlong")):
+                for direction in ("fwd", "fwdbwd"):
+                    if time.time() - START > budget:
+                        return
+                    affine.TUNING.update(min_chunk=min_chunk, product_elems=elems, num_warps=warps)
+                    common.PROGRAMS_PER_SM["affine"] = per_sm
+                    us = timed(op, shape, direction)
+                    log(dict(section="affine", per_sm=per_sm, min_chunk=min_chunk, product_elems=elems, warps=warps,
+                             op=op, shape=shape, direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
 
 
 def timing_ab(budget, log):
@@ -77,18 +89,17 @@ def timing_ab(budget, log):
 
 
 def elementwise_sweep(budget, log):
-    base_stages = dict(common.ELEMENTWISE_STAGES)
-    for stages, per_sm in itertools.product((None, 3), (4, 16)):
-        for op, shape, direction in itertools.product(("linear_scan_state", "linear_scan", "parallel_scan_log"),
-                                                      ("large", "vlong"), ("fwd", "fwdbwd")):
-            if time.time() - START > budget:
-                return
-            common.ELEMENTWISE_STAGES = dict.fromkeys(base_stages, stages)
-            common.PROGRAMS_PER_SM["elementwise"] = per_sm
-            us = timed(op, shape, direction)
-            log(dict(section="elementwise", stages=stages, per_sm=per_sm, op=op, shape=shape, direction=direction,
-                     us=us, tbps=tbps(op, shape, direction, us)))
-    common.ELEMENTWISE_STAGES, common.PROGRAMS_PER_SM["elementwise"] = base_stages, 4
+    with knobs(common.ELEMENTWISE_STAGES, common.PROGRAMS_PER_SM):
+        for stages, per_sm in itertools.product((None, 3), (4, 16)):
+            for op, shape, direction in itertools.product(("linear_scan_state", "linear_scan", "parallel_scan_log"),
+                                                          ("large", "vlong"), ("fwd", "fwdbwd")):
+                if time.time() - START > budget:
+                    return
+                common.ELEMENTWISE_STAGES.update(dict.fromkeys(common.ELEMENTWISE_STAGES, stages))
+                common.PROGRAMS_PER_SM["elementwise"] = per_sm
+                us = timed(op, shape, direction)
+                log(dict(section="elementwise", stages=stages, per_sm=per_sm, op=op, shape=shape,
+                         direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
 
 
 def peer_sweep(budget, log):

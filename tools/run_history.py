@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -123,14 +124,15 @@ def measure(commit: str, machine: str, python: str, bench: str | None, stage: Pa
                 (f", CPUs {min(cpu_sets[i])}-{max(cpu_sets[i])}" if cpu_sets[i] else "")
             print(f"part {i}{where}: {selection or 'whole suite'}", flush=True)
             pin = (lambda c=cpu_sets[i]: os.sched_setaffinity(0, c)) if cpu_sets[i] else None
+            # own session: a timeout kills asv and the benchmark processes it spawned
             procs.append((subprocess.Popen(cmd, cwd=part, env=part_env, stdout=log, stderr=log,
-                                           preexec_fn=pin), log))
+                                           preexec_fn=pin, start_new_session=True), log))
         deadline = time.monotonic() + timeout if timeout else None
         for i, (proc, log) in enumerate(procs):
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()) if deadline else None)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 print(f"part {i}: stopped at the {timeout:.0f} s limit", flush=True)
             if log:

@@ -22,8 +22,8 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-# Programs per SM that keep the device busy, per kernel family (H200 sweep, NOTES.md): the
-# block kernels carry a long serial chain per step, so they want many more resident lanes.
+# Programs per SM that keep the device busy, per kernel family (tune_scans.py sweeps them;
+# H200 runs 7 and 10: more per SM helped neither family at `large`, NOTES.md).
 PROGRAMS_PER_SM = {"elementwise": 4, "affine": 4}
 
 

@@ -1,0 +1,28 @@
+"""scripts/tune_scans.py restores the kernels' knobs however a sweep ends, so the sections
+after it measure the adopted settings."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import tune_scans  # noqa: E402
+from scankit.triton import affine, common  # noqa: E402
+
+
+def test_knobs_are_restored_after_an_early_exit():
+    stages, tuning = dict(common.ELEMENTWISE_STAGES), dict(affine.TUNING)
+    with pytest.raises(RuntimeError):
+        with tune_scans.knobs(common.ELEMENTWISE_STAGES, affine.TUNING):
+            common.ELEMENTWISE_STAGES.update(dict.fromkeys(common.ELEMENTWISE_STAGES, 7))
+            affine.TUNING.update(num_warps=16, extra=1)
+            raise RuntimeError("budget spent midway")
+    assert common.ELEMENTWISE_STAGES == stages and affine.TUNING == tuning
+
+
+def test_an_exhausted_budget_leaves_the_knobs_as_they_were(monkeypatch):
+    monkeypatch.setattr(tune_scans, "START", 0.0)  # the budget is long spent: every sweep returns at once
+    before = dict(common.PROGRAMS_PER_SM), dict(common.ELEMENTWISE_STAGES), dict(affine.TUNING)
+    tune_scans.affine_sweep(1.0, print)
+    tune_scans.elementwise_sweep(1.0, print)
+    assert (common.PROGRAMS_PER_SM, common.ELEMENTWISE_STAGES, affine.TUNING) == before
