@@ -188,32 +188,63 @@ def mixer_cells() -> dict:
     return dict(seconds=seconds, peak_bytes=peak)
 
 
-def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
-    """Seconds of each peer on STATE_OP per shape x direction; skipped cells with the reason
-    (not installed, no CUDA, or the error the peer raised on that cell)."""
+def isolated(fn, *args):
+    """``fn(*args)`` in a fresh spawned process, so that a CUDA fault there (third-party
+    kernels) cannot poison this process's context; its result, or RuntimeError saying how
+    that process ended."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        try:
+            return pool.submit(fn, *args).result()
+        except cf.process.BrokenProcessPool as exc:
+            raise RuntimeError(f"the measuring process died: {exc}") from None
+
+
+def _peer_direction_cells(name: str, direction: str, shapes: tuple) -> tuple[dict, dict]:
+    """One peer, one direction, every shape: ({shape: seconds}, {shape: why not})."""
     import torch
 
     from . import measure, peers
 
-    dev = device()
     seconds, skipped = {}, {}
     for shape in shapes:
+        try:
+            xs = measure.inputs_for(grid.STATE_OP, shape, direction)
+            run, args = peers.peer_fn(name, *xs)
+            seconds[shape] = measure.median_us(measure.callable_workload(run, args, direction)) * 1e-6
+        except Exception as exc:  # a peer that cannot do this cell: say so in the table
+            skipped[shape] = f"{type(exc).__name__}: {exc}"[:160]
+        xs = run = args = None
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # the context is gone (a fault above): the next cells say so themselves
+            pass
+    return seconds, skipped
+
+
+def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
+    """Seconds of each peer on STATE_OP per shape x direction; skipped cells with the reason
+    (not installed, no CUDA, or the error the peer raised on that cell). Each peer and
+    direction is measured in its own process (``isolated``): a peer that faults takes only
+    its own cells down."""
+    from . import peers
+
+    dev = device()
+    seconds, skipped = {}, {}
+    for name in grid.PEERS:
         for direction in grid.DIRECTIONS:
-            xs = measure.inputs_for(grid.STATE_OP, shape, direction) if dev == "cuda" else None
-            for name in grid.PEERS:
-                reason = peers.unavailable(name, dev, direction)
-                if reason:
-                    skipped[shape, name, direction] = reason
-                    continue
+            reason = peers.unavailable(name, dev, direction)
+            if reason:
+                got, why = {}, dict.fromkeys(shapes, reason)
+            else:
                 try:
-                    run, args = peers.peer_fn(name, *xs)
-                    seconds[shape, name, direction] = measure.median_us(
-                        measure.callable_workload(run, args, direction)) * 1e-6
-                except Exception as exc:  # a peer that cannot do this cell: say so in the table
-                    skipped[shape, name, direction] = f"{type(exc).__name__}: {exc}"[:160]
-            del xs
-            if dev == "cuda":
-                torch.cuda.empty_cache()
+                    got, why = isolated(_peer_direction_cells, name, direction, tuple(shapes))
+                except Exception as exc:
+                    got, why = {}, dict.fromkeys(shapes, f"{type(exc).__name__}: {exc}"[:160])
+            seconds.update({(shape, name, direction): v for shape, v in got.items()})
+            skipped.update({(shape, name, direction): v for shape, v in why.items()})
     return dict(seconds=seconds, skipped=skipped)
 
 
