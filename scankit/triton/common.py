@@ -13,6 +13,17 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 KERNEL_KV = (1, 2, 4, 8, 16)
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for launch geometry (``triton.cdiv`` is a ConstexprFunction in Triton 3.6:
+    ~6 us per host call, several per launch)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (host-side ``triton.next_power_of_2``, without its overhead)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def on_gpu(device: torch.device) -> bool:
     return device.type == "cuda"
 
@@ -27,12 +38,21 @@ def _sm_count(index: int) -> int:
 PROGRAMS_PER_SM = {"elementwise": 4, "affine": 4}
 
 
-def target_programs(device: torch.device, family: str = "elementwise") -> int:
+def target_programs(device: torch.device, family: str = "elementwise", per_sm: Optional[int] = None) -> int:
     """Programs needed to keep the device busy (a handful in the interpreter)."""
     if on_gpu(device):
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-        return PROGRAMS_PER_SM[family] * sms
+        return (per_sm or PROGRAMS_PER_SM[family]) * sms
     return 4
+
+
+# T-chunking costs a summary pass (a second read of the inputs), two more launches and the
+# carry ops (host time). "min_tiles": chunk only when one program would otherwise walk at
+# least this many tiles of T (a short walk costs less than the extra launches);
+# "programs_per_sm": once chunking, aim at this many programs per SM (None: the family's
+# PROGRAMS_PER_SM). The defaults keep the measured behaviour; tune_scans' chunking section
+# sweeps them.
+CHUNKING = {"min_tiles": 0, "programs_per_sm": None}
 
 
 # (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU, from the H200
@@ -54,9 +74,12 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 
 
 def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, family: str = "elementwise") -> int:
-    """How many T-chunks so that programs x chunks fills the device (chunks >= 2 x min_chunk long)."""
-    want = -(-target_programs(device, family) // programs)
-    return max(1, min(want, -(-T // (2 * min_chunk))))
+    """How many T-chunks so that programs x chunks fills the device (chunks >= 2 x min_chunk
+    long); 1 when the programs fill it already or the walk is short (``CHUNKING``)."""
+    if programs >= target_programs(device, family) or cdiv(T, min_chunk) < CHUNKING["min_tiles"]:
+        return 1
+    want = cdiv(target_programs(device, family, CHUNKING["programs_per_sm"]), programs)
+    return max(1, min(want, cdiv(T, 2 * min_chunk)))
 
 
 def check_envelope(op: str, *tensors, kv=None) -> None:

@@ -20,7 +20,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from . import common
-from .common import empty_like_shape as _empty, num_chunks, tiles
+from .common import cdiv, empty_like_shape as _empty, num_chunks, tiles
 
 
 @triton.jit
@@ -182,19 +182,26 @@ def _h0_strides(h0):
     return (h0.stride(0), h0.stride(1)) if h0 is not None else (0, 0)
 
 
+def _geometry(a, log: bool, nc: Optional[int] = None):
+    """(BLOCK_T, BLOCK_D, warps, chunks, chunk length) for (B, T, D) inputs ``a``: enough
+    T-chunks to fill the device unless ``nc`` is given; chunks a whole number of tiles long."""
+    B, T, D = a.shape
+    block_t, block_d, warps = tiles(a.device, log)
+    nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device) if nc is None else nc
+    chunk = cdiv(cdiv(T, nc), block_t) * block_t
+    return block_t, block_d, warps, cdiv(T, chunk), chunk
+
+
 def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     """States (and running products when ``write_a``) of the elementwise recurrence."""
     B, T, D = a.shape
-    block_t, block_d, warps = tiles(a.device, log)
-    nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device) if nc is None else nc
-    chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
-    nc = triton.cdiv(T, chunk)
+    block_t, block_d, warps, nc, chunk = _geometry(a, log, nc)
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     carry_a = carry_h = None
     if nc > 1:
         carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, (block_t, block_d, warps))
-    grid = (B * nc, triton.cdiv(D, block_d))
+    grid = (B * nc, cdiv(D, block_d))
     wrap_triton(_fwd_kernel)[grid](
         a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
@@ -210,7 +217,7 @@ def _carries(a, b, h0, log, write_a, nc, chunk, tile):
     block_t, block_d, warps = tile
     sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
     sum_h = torch.empty_like(sum_a)
-    wrap_triton(_fwd_kernel)[(B * nc, triton.cdiv(D, block_d))](
+    wrap_triton(_fwd_kernel)[(B * nc, cdiv(D, block_d))](
         a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
         LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True,
@@ -226,16 +233,13 @@ def _carries(a, b, h0, log, write_a, nc, chunk, tile):
 def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs."""
     B, T, D = a.shape
-    block_t, block_d, warps = tiles(a.device, log)
-    nc = num_chunks(B * triton.cdiv(D, block_d), T, block_t, a.device)
-    chunk = triton.cdiv(triton.cdiv(T, nc), block_t) * block_t
-    nc = triton.cdiv(T, chunk)
+    block_t, block_d, warps, nc, chunk = _geometry(a, log)
     gh = gh.contiguous()
     ga = ga.contiguous() if ga is not None else None
     da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
-    grid = (B * nc, triton.cdiv(D, block_d))
+    grid = (B * nc, cdiv(D, block_d))
     consts = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=common.stages(log, "bwd"), num_warps=warps)
     strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))

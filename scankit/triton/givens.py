@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .common import either, empty_like_shape as _empty, target_programs, with_autograd
+from .common import cdiv, either, empty_like_shape as _empty, next_pow2, target_programs, with_autograd
 
 
 @triton.jit
@@ -143,9 +143,9 @@ def _bwd_kernel(
 def _lanes_per_program(B: int, N: int, device) -> int:
     """Blocks per program: as many as keep >= 2 programs per SM-slot busy, up to 16."""
     bn = 1
-    while bn < 16 and B * triton.cdiv(N, 2 * bn) >= target_programs(device) // 2:
+    while bn < 16 and B * cdiv(N, 2 * bn) >= target_programs(device) // 2:
         bn *= 2
-    return min(bn, triton.next_power_of_2(N))
+    return min(bn, next_pow2(N))
 
 
 def _s(x, dims):
@@ -158,7 +158,7 @@ def _rotation_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.T
     K = b.shape[-1]
     bn = _lanes_per_program(B, N, b.device)
     out = torch.empty((B, T, N, K), device=b.device, dtype=b.dtype)
-    wrap_triton(_fwd_kernel)[(B, triton.cdiv(N, bn))](
+    wrap_triton(_fwd_kernel)[(B, cdiv(N, bn))](
         angles, b, scale, gamma, h0, out, T, N,
         *_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
         K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
@@ -178,7 +178,7 @@ def _rotation_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Op
     d_scale = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if scale is not None else out.new_empty(0)
     d_gamma = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if gamma is not None else out.new_empty(0)
     d_h0 = torch.empty((B, N, K), device=out.device, dtype=out.dtype) if h0 is not None else out.new_empty(0)
-    wrap_triton(_bwd_kernel)[(B, triton.cdiv(N, bn))](
+    wrap_triton(_bwd_kernel)[(B, cdiv(N, bn))](
         angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, T, N,
         *_s(angles, 5), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
         K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,

@@ -1,0 +1,30 @@
+"""Launch geometry on the host: plain-integer cdiv / next_pow2, and the T-chunking rule."""
+import pytest
+import torch
+
+from scankit.triton import common
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("a,b", [(0, 4), (1, 4), (4, 4), (5, 4), (4096, 64), (13, 1)])
+def test_cdiv(a, b):
+    assert common.cdiv(a, b) == -(-a // b) == (a + b - 1) // b
+
+
+@pytest.mark.parametrize("n,want", [(0, 1), (1, 1), (2, 2), (3, 4), (64, 64), (65, 128)])
+def test_next_pow2(n, want):
+    assert common.next_pow2(n) == want
+
+
+def test_chunks_fill_the_device_and_stay_two_tiles_long(monkeypatch):
+    monkeypatch.setattr(common, "CHUNKING", {"min_tiles": 0, "programs_per_sm": None})
+    assert common.num_chunks(1, 40, 8, CPU) == 3      # wants 4 programs, capped by chunks >= 16 long
+    assert common.num_chunks(4, 4096, 8, CPU) == 1    # the programs fill the (interpreter's) device
+    assert common.num_chunks(1, 13, 8, CPU) == 1
+
+
+def test_short_walks_are_not_chunked(monkeypatch):
+    monkeypatch.setattr(common, "CHUNKING", {"min_tiles": 6, "programs_per_sm": None})
+    assert common.num_chunks(1, 40, 8, CPU) == 1      # 5 tiles < 6: one pass, fewer launches
+    assert common.num_chunks(1, 48, 8, CPU) == 3      # 6 tiles: chunked as before
