@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections timing affine elementwise peers scaling host] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections timing matrix2 chunking affine elementwise peers scaling host] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -88,6 +88,42 @@ def timing_ab(budget, log):
         torch.cuda.empty_cache()
 
 
+def chunking_sweep(budget, log):
+    """common.CHUNKING: when to split T (min_tiles) and how many programs per SM once split."""
+    cells = [(op, shape, direction) for op in ("linear_scan_state", "parallel_scan_log")
+             for shape in ("longT", "vlong") for direction in ("fwd", "fwdbwd")]
+    with knobs(common.CHUNKING):
+        for min_tiles, per_sm in itertools.product((0, 32, 128), (None, 8, 16)):
+            for op, shape, direction in cells:
+                if time.time() - START > budget:
+                    return
+                common.CHUNKING.update(min_tiles=min_tiles, programs_per_sm=per_sm)
+                us = timed(op, shape, direction)
+                log(dict(section="chunking", min_tiles=min_tiles, per_sm=per_sm, op=op, shape=shape,
+                         direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
+
+
+def matrix2_sweep(budget, log):
+    """matrix_scan forward: the generic block kernel against the 2x2 kernel (affine.TWO_BY_TWO)
+    at a few (lanes per program, warps, programs per SM, pipelining) points."""
+    points = [None, (64, 2, 16, None), (64, 2, 16, 3), (128, 4, 16, None), (32, 1, 16, None),
+              (64, 2, 32, None), (64, 2, 8, None), (128, 4, 32, 3)]
+    with knobs(affine.TWO_BY_TWO):
+        for point in points:
+            for shape, direction in itertools.product(("large", "vlong"), ("fwd", "fwdbwd")):
+                if time.time() - START > budget:
+                    return
+                if point is None:
+                    affine.TWO_BY_TWO.update(enabled=False)
+                else:
+                    block_n, warps, per_sm, stages = point
+                    affine.TWO_BY_TWO.update(enabled=True, block_n=block_n, num_warps=warps, per_sm=per_sm,
+                                             stages=stages)
+                us = timed("matrix_scan", shape, direction)
+                log(dict(section="matrix2", kernel="generic" if point is None else "2x2", point=point, shape=shape,
+                         direction=direction, us=us, tbps=tbps("matrix_scan", shape, direction, us)))
+
+
 def elementwise_sweep(budget, log):
     with knobs(common.ELEMENTWISE_STAGES, common.PROGRAMS_PER_SM):
         for stages, per_sm in itertools.product((None, 3), (4, 16)):
@@ -153,7 +189,7 @@ def host_profile(budget, log):
         log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
 
 
-SECTIONS = dict(timing=timing_ab, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep)
 
 

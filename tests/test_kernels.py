@@ -237,3 +237,36 @@ def test_eager_calls_launch_triton_directly(op_name, monkeypatch):
     out = OPS[op_name].fn(*xs)
     torch.autograd.grad(sum(o.float().sum() for o in as_tuple(out)), xs)
     assert flags and not any(flags), flags
+
+
+@pytest.fixture
+def two_by_two(monkeypatch):
+    """The 2x2 forward kernel switched on (off by default until measured faster)."""
+    from scankit.triton import affine
+
+    monkeypatch.setitem(affine.TWO_BY_TWO, "enabled", True)
+
+
+@pytest.mark.parametrize("T", [1, 13, 40])
+@pytest.mark.parametrize("op_name,dims", [("matrix_scan", dict(B=2, n=3)), ("matrix_scan", dict(B=1, n=9)),
+                                          ("matrix_affine_scan", dict(B=2, n=2, k=2, v=1))])
+def test_two_by_two_forward(op_name, dims, T, seed, two_by_two, launches):
+    xs = OPS[op_name].inputs(dict(dims, T=T), device=DEVICE, seed=seed)
+    check(op_name, xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+    launches.clear()
+    with torch.no_grad():
+        OPS[op_name].fn(*xs)
+    assert set(launches) == {"_fwd2_kernel"}, launches  # the whole forward, carries included
+
+
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_two, launches):
+    op = OPS["matrix_scan"]
+    xs = [x.transpose(0, 1).contiguous().transpose(0, 1) for x in op.inputs(dict(B=2, n=3, T=40), device=DEVICE, seed=seed)]
+    ref_in = [x.double().cpu() for x in xs]
+    h0 = torch.randn((2, 3, 2), device=DEVICE) if with_h0 else None
+    with torch.no_grad():
+        h = op.fn(*xs, h0=h0, return_prefix=False)
+    ref = states("matrix_scan", ref_in, h0.double().cpu() if with_h0 else None)
+    torch.testing.assert_close(h.cpu().double(), ref, atol=1e-5, rtol=1e-5)
+    assert "_fwd2_kernel" in launches

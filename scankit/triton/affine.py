@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from .common import num_chunks, on_gpu, prefix_scan_op
+from .common import cdiv, next_pow2, num_chunks, on_gpu, prefix_scan_op, target_programs
 
 
 @triton.jit
@@ -81,6 +81,75 @@ def _fwd_kernel(
         side = (bi * NC + ci) * N
         tl.store(out_a_ptr + side * K * K + off_kk, xa, mask=nmask)
         tl.store(out_b_ptr + side * K * V + off_kv, xb, mask=nmask)
+
+
+@triton.jit
+def _fwd2_kernel(
+    a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
+    T, N, NC, CHUNK,
+    sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sh_b, sh_n, sh_i,
+    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
+    BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
+    """k = 2, v = 1 (``matrix_scan``): one lane per 2x2 block, its six numbers (M, v) and
+    running (Abar, h) in registers as plain vectors, walked step by step (no per-step layout
+    changes, unlike the generic kernel's broadcast products); parallelism from many lanes and
+    T-chunks, latency hidden by many resident warps and the pipelined loop."""
+    pid = tl.program_id(0)
+    bi, ci = pid // NC, pid % NC
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = n < N
+    side = (bi * NC + ci) * N + n  # (B, NC, N) summary / carry slot
+    p00 = tl.full((BLOCK_N,), 1.0, tl.float32)
+    p01 = tl.zeros((BLOCK_N,), tl.float32)
+    p10 = tl.zeros((BLOCK_N,), tl.float32)
+    p11 = tl.full((BLOCK_N,), 1.0, tl.float32)
+    h0 = tl.zeros((BLOCK_N,), tl.float32)
+    h1 = tl.zeros((BLOCK_N,), tl.float32)
+    if not SUMMARY:
+        if HAS_CARRY:
+            h0 = tl.load(carry_b_ptr + side * 2, mask=nmask, other=0.0)
+            h1 = tl.load(carry_b_ptr + side * 2 + 1, mask=nmask, other=0.0)
+            if TRACK_A:
+                p00 = tl.load(carry_a_ptr + side * 4, mask=nmask, other=1.0)
+                p01 = tl.load(carry_a_ptr + side * 4 + 1, mask=nmask, other=0.0)
+                p10 = tl.load(carry_a_ptr + side * 4 + 2, mask=nmask, other=0.0)
+                p11 = tl.load(carry_a_ptr + side * 4 + 3, mask=nmask, other=1.0)
+        elif HAS_H0:
+            h0 = tl.load(h0_ptr + bi * sh_b + n * sh_n, mask=nmask, other=0.0).to(tl.float32)
+            h1 = tl.load(h0_ptr + bi * sh_b + n * sh_n + sh_i, mask=nmask, other=0.0).to(tl.float32)
+    pa = a_ptr + bi * sa_b + n * sa_n
+    pb = b_ptr + bi * sb_b + n * sb_n
+    for j in tl.range(0, CHUNK, num_stages=STAGES):
+        t = ci * CHUNK + j
+        m = nmask & (t < T)  # steps past T are identity steps
+        m00 = tl.load(pa + t * sa_t, mask=m, other=1.0).to(tl.float32)
+        m01 = tl.load(pa + t * sa_t + sa_j, mask=m, other=0.0).to(tl.float32)
+        m10 = tl.load(pa + t * sa_t + sa_i, mask=m, other=0.0).to(tl.float32)
+        m11 = tl.load(pa + t * sa_t + sa_i + sa_j, mask=m, other=1.0).to(tl.float32)
+        x0 = tl.load(pb + t * sb_t, mask=m, other=0.0).to(tl.float32)
+        x1 = tl.load(pb + t * sb_t + sb_i, mask=m, other=0.0).to(tl.float32)
+        h0, h1 = m00 * h0 + m01 * h1 + x0, m10 * h0 + m11 * h1 + x1
+        if TRACK_A:
+            p00, p01, p10, p11 = (m00 * p00 + m01 * p10, m00 * p01 + m01 * p11,
+                                  m10 * p00 + m11 * p10, m10 * p01 + m11 * p11)
+        if not SUMMARY:
+            row = (bi * T + t) * N + n
+            tl.store(out_b_ptr + row * 2, h0.to(out_b_ptr.dtype.element_ty), mask=m)
+            tl.store(out_b_ptr + row * 2 + 1, h1.to(out_b_ptr.dtype.element_ty), mask=m)
+            if TRACK_A:
+                ty = out_a_ptr.dtype.element_ty
+                tl.store(out_a_ptr + row * 4, p00.to(ty), mask=m)
+                tl.store(out_a_ptr + row * 4 + 1, p01.to(ty), mask=m)
+                tl.store(out_a_ptr + row * 4 + 2, p10.to(ty), mask=m)
+                tl.store(out_a_ptr + row * 4 + 3, p11.to(ty), mask=m)
+    if SUMMARY:
+        tl.store(out_a_ptr + side * 4, p00, mask=nmask)
+        tl.store(out_a_ptr + side * 4 + 1, p01, mask=nmask)
+        tl.store(out_a_ptr + side * 4 + 2, p10, mask=nmask)
+        tl.store(out_a_ptr + side * 4 + 3, p11, mask=nmask)
+        tl.store(out_b_ptr + side * 2, h0, mask=nmask)
+        tl.store(out_b_ptr + side * 2 + 1, h1, mask=nmask)
 
 
 @triton.jit
@@ -155,7 +224,7 @@ TUNING = {"product_elems": 512, "min_chunk": 32, "num_warps": 2}
 
 def _block_lanes(N: int, K: int, V: int) -> int:
     """Blocks per program: keep the (BN, K, K, max(K, V)) product near TUNING's size."""
-    return max(1, min(triton.next_power_of_2(N), 32, TUNING["product_elems"] // (K * K * max(K, V))))
+    return max(1, min(next_pow2(N), 32, TUNING["product_elems"] // (K * K * max(K, V))))
 
 
 def _warps(device) -> int:
@@ -166,42 +235,75 @@ def _geometry(A, V):
     B, T, N, K, _ = A.shape
     bn = _block_lanes(N, K, V)
     min_chunk = TUNING["min_chunk"] if on_gpu(A.device) else 4
-    nc = num_chunks(B * triton.cdiv(N, bn), T, min_chunk, A.device, family="affine")
-    chunk = triton.cdiv(T, nc)
-    return bn, triton.cdiv(T, chunk), chunk
+    nc = num_chunks(B * cdiv(N, bn), T, min_chunk, A.device, family="affine")
+    chunk = cdiv(T, nc)
+    return bn, cdiv(T, chunk), chunk
 
 
 def _s(x, dims=5):
     return tuple(x.stride()) if x is not None else (0,) * dims
 
 
+# The 2x2 forward (matrix_scan): off until an H200 sweep shows it faster than the generic
+# kernel (tune_scans.py --sections matrix2); lanes per program, warps, programs per SM it
+# aims at when chunking T, shortest chunk, pipelining depth of its step loop.
+TWO_BY_TWO = {"enabled": False, "block_n": 64, "num_warps": 2, "per_sm": 16, "min_chunk": 16, "stages": None}
+
+
+def _geometry_2x2(A, chunked: bool):
+    B, T, N = A.shape[:3]
+    gpu = on_gpu(A.device)
+    bn = TWO_BY_TWO["block_n"] if gpu else 16
+    nc = 1
+    if chunked:
+        programs = B * cdiv(N, bn)
+        want = cdiv(target_programs(A.device, "affine", TWO_BY_TWO["per_sm"]), programs)
+        nc = max(1, min(want, cdiv(T, 2 * (TWO_BY_TWO["min_chunk"] if gpu else 4))))
+    chunk = cdiv(T, nc)
+    return bn, cdiv(T, chunk), chunk
+
+
+def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary):
+    """One pass of the forward kernel (generic, or the 2x2 one) over (B x chunks, blocks)."""
+    B, T, N, K, _ = A.shape
+    grid = (B * nc, cdiv(N, bn))
+    flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary)
+    if two:
+        gpu = on_gpu(A.device)
+        wrap_triton(_fwd2_kernel)[grid](
+            A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3],
+            BLOCK_N=bn, STAGES=TWO_BY_TWO["stages"] if gpu else None,
+            num_warps=TWO_BY_TWO["num_warps"] if gpu else 1, **flags)
+    else:
+        wrap_triton(_fwd_kernel)[grid](
+            A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
+            K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
+
+
 def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
     """(Abar or None, Bbar or h) of the block recurrence."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
-    bn, nc, chunk = _geometry(A, V) if chunked else (_block_lanes(N, K, V), 1, T)
+    two = TWO_BY_TWO["enabled"] and K == 2 and V == 1
+    if two:
+        bn, nc, chunk = _geometry_2x2(A, chunked)
+    else:
+        bn, nc, chunk = _geometry(A, V) if chunked else (_block_lanes(N, K, V), 1, T)
     out_b = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
     out_a = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype) if track_a else out_b
-    grid = (B * nc, triton.cdiv(N, bn))
-    consts = dict(K=K, V=V, BN=bn, HAS_H0=h0 is not None)
     carry_a = carry_b = None
     if nc > 1:
         sum_a = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
-        wrap_triton(_fwd_kernel)[grid](
-            A, Bm, h0, None, None, sum_a, sum_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
-            HAS_CARRY=False, TRACK_A=True, SUMMARY=True, num_warps=_warps(A.device), **consts,
-        )
+        _launch(two, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True)
         h_init = h0.float() if h0 is not None else torch.zeros_like(sum_b[:, 0])
         run_a, run_b = _forward(sum_a, sum_b, h_init, track_a=track_a, chunked=False)
         carry_b = torch.cat([h_init.unsqueeze(1), run_b[:, :-1]], dim=1)
         if track_a:
             eye = torch.eye(K, device=A.device).expand(B, 1, N, K, K)
             carry_a = torch.cat([eye, run_a[:, :-1]], dim=1)
-    wrap_triton(_fwd_kernel)[grid](
-        A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
-        HAS_CARRY=nc > 1, TRACK_A=track_a, SUMMARY=False, num_warps=_warps(A.device), **consts,
-    )
+    _launch(two, A, Bm, h0 if carry_b is None else None, carry_a, carry_b, out_a, out_b, bn, nc, chunk,
+            track_a, False)
     return (out_a if track_a else None), out_b
 
 
@@ -215,7 +317,7 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     dA = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype)
     dB = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
     dh0 = torch.empty((B, N, K, V), device=A.device, dtype=A.dtype) if h0 is not None else None
-    grid = (B * nc, triton.cdiv(N, bn))
+    grid = (B * nc, cdiv(N, bn))
     consts = dict(K=K, V=V, BN=bn, HAS_H0=h0 is not None, HAS_GA=ga is not None)
     strides = (*_s(A), *_s(h0, 4))
     carry_b = carry_a = None
