@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections timing matrix2 chunking affine elementwise peers scaling host] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections lookback timing matrix2 chunking affine elementwise peers scaling host] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from scankit.bench import grid, measure, suite  # noqa: E402
-from scankit.bench.cases import bytes_moved  # noqa: E402
+from scankit.bench.cases import OPS, bytes_moved  # noqa: E402
 from scankit.triton import affine, common  # noqa: E402
 
 START = time.time()
@@ -124,6 +124,47 @@ def matrix2_sweep(budget, log):
                          direction=direction, us=us, tbps=tbps("matrix_scan", shape, direction, us)))
 
 
+def lookback_sweep(budget, log):
+    """common.LOOKBACK: the single-pass look-back kernels against the chunked summary passes
+    ("off"), per point; each point's outputs and grads checked against the "off" path's
+    first (the spin-waits only run concurrently on a GPU)."""
+    points = [("off", None, 16), ("chunked", None, 16), ("always", None, 16), ("always", (128, 32, 4), 16),
+              ("always", (32, 32, 2), 16), ("always", None, 32), ("always", (64, 64, 4), 16)]
+    cells = list(itertools.product(("linear_scan_state", "parallel_scan_log", "linear_scan"),
+                                   ("large", "vlong", "longT"), ("fwd", "fwdbwd")))
+    scaling = [("linear_scan_state", dict(B=1, T=2 ** k, D=1024), "fwd") for k in (12, 16, 20)]
+    reference = {}
+    with knobs(common.LOOKBACK):
+        for mode, tile, window in points:
+            common.LOOKBACK.update(mode=mode, tile=tile, window=window)
+            for op, shape, direction in cells + scaling:
+                if time.time() - START > budget:
+                    return
+                dims = shape if isinstance(shape, dict) else None
+                xs = (OPS[op].inputs(dims, device="cuda", requires_grad=direction == "fwdbwd") if dims
+                      else measure.inputs_for(op, shape, direction))
+                fn = measure.workload(op, "triton", direction, xs)
+                result = [t.detach().clone() for t in _flat(fn())]  # outputs, or input grads
+                key = (op, str(shape), direction)
+                err = None
+                if key in reference:
+                    err = max(((r - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
+                              for r, q in zip(result, reference[key]))
+                elif mode == "off":
+                    reference[key] = result
+                us = measure.median_us(fn)
+                moved = (bytes_moved(*measure.meta_inputs_outputs(op, shape), direction) if not dims else
+                         3 * 4 * dims["B"] * dims["T"] * dims["D"])
+                log(dict(section="lookback", mode=mode, tile=tile, window=window, op=op, shape=str(shape),
+                         direction=direction, us=us, tbps=moved / us / 1e6, rel_err_vs_off=err))
+                del xs, fn, result
+                torch.cuda.empty_cache()
+
+
+def _flat(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
 def elementwise_sweep(budget, log):
     with knobs(common.ELEMENTWISE_STAGES, common.PROGRAMS_PER_SM):
         for stages, per_sm in itertools.product((None, 3), (4, 16)):
@@ -189,7 +230,7 @@ def host_profile(budget, log):
         log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
 
 
-SECTIONS = dict(timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(lookback=lookback_sweep, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep)
 
 

@@ -270,3 +270,44 @@ def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_
     ref = states("matrix_scan", ref_in, h0.double().cpu() if with_h0 else None)
     torch.testing.assert_close(h.cpu().double(), ref, atol=1e-5, rtol=1e-5)
     assert "_fwd2_kernel" in launches
+
+
+@pytest.fixture(params=[("always", 1), ("always", 3), ("chunked", 2)], ids=lambda p: f"{p[0]}-prefix{p[1]}")
+def lookback(request, monkeypatch):
+    """The single-pass look-back kernels switched on; prefix_every > 1 makes look-backs
+    compose aggregates over several windows (in-order interpreter programs never wait)."""
+    from scankit.triton import common
+
+    mode, every = request.param
+    monkeypatch.setitem(common.LOOKBACK, "mode", mode)
+    monkeypatch.setitem(common.LOOKBACK, "prefix_every", every)
+    monkeypatch.setitem(common.LOOKBACK, "window", 4)
+    return mode
+
+
+@pytest.mark.parametrize("T", [1, 13, 150])
+@pytest.mark.parametrize("op_name,dims", [("parallel_scan_log", dict(B=2, D=5)), ("linear_scan", dict(B=1, D=33))])
+def test_lookback_kernels(op_name, dims, T, seed, lookback, launches):
+    xs = OPS[op_name].inputs(dict(dims, T=T), device=DEVICE, seed=seed)
+    check(op_name, xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+    if lookback == "always" or T == 150:  # "chunked": only where T is split (150 rows: 10 tiles)
+        assert {"_fwd_lookback_kernel", "_bwd_lookback_kernel"} <= set(launches), launches
+        assert not {"_fwd_kernel", "_bwd_kernel"} & set(launches), launches  # no summary passes
+
+
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_lookback_state_only_with_h0_and_strided_inputs(with_h0, seed, lookback, launches):
+    op = OPS["linear_scan"]
+    xs = [x.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+          for x in op.inputs(dict(B=2, D=7, T=70), device=DEVICE, seed=seed)]
+    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
+    h0 = torch.randn((2, 7), device=DEVICE).requires_grad_() if with_h0 else None
+    h0_ref = h0.detach().double().cpu().requires_grad_() if with_h0 else None
+    h = op.fn(*xs, h0=h0, return_prefix=False)
+    h_ref = states("linear_scan", ref_in, h0_ref)
+    torch.testing.assert_close(h.detach().cpu().double(), h_ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(h_ref.shape, dtype=torch.float64)
+    leaves, ref_leaves = xs + ([h0] if with_h0 else []), ref_in + ([h0_ref] if with_h0 else [])
+    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((h_ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    assert "_fwd_lookback_kernel" in launches

@@ -91,6 +91,116 @@ def _fwd_kernel(
 
 
 @triton.jit
+def _pack(x, FLAG: tl.constexpr):
+    """A look-back status word: fp32 ``x`` in the low 32 bits, ``FLAG`` above (1: the tile's
+    aggregate, 2: its inclusive prefix). One 64-bit store, so a reader sees value and flag
+    together and needs no fence."""
+    return x.to(tl.uint32, bitcast=True).to(tl.int64) | (FLAG << 32)
+
+
+@triton.jit
+def _unpack(w):
+    return (w & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _look_back(words_a, words_h, ti, stride_t, col, colmask, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr):
+    """(A, H): the composition of tiles 0 .. ti - 1 of these columns, from their status words.
+
+    Reads WINDOW predecessors at a time, newest last; per column it stops at the newest
+    published inclusive prefix and composes the aggregates after it, waiting (re-reading)
+    while a needed tile has published nothing yet. Tiles took their tickets in order, so
+    every predecessor is running or done: the wait ends."""
+    acc_a = tl.full((BLOCK_D,), 1.0, tl.float32)
+    acc_h = tl.zeros((BLOCK_D,), tl.float32)
+    found = ~colmask
+    hi = ti
+    while tl.min(found.to(tl.int32), axis=0) == 0:
+        j = hi - WINDOW + tl.arange(0, WINDOW)
+        live = (j >= 0)[:, None] & (~found)[None, :]
+        off = j[:, None] * stride_t + col[None, :]
+        wa = tl.load(words_a + off, mask=live, other=0, volatile=True)
+        wh = tl.load(words_h + off, mask=live, other=0, volatile=True)
+        flag = tl.where((wa >> 32) == (wh >> 32), wa >> 32, 0)
+        newest = tl.max(tl.where(live & (flag == 2), j[:, None], -1), axis=0)
+        need = live & (j[:, None] >= newest[None, :])
+        if tl.min(tl.where(need, (flag > 0).to(tl.int32), 1)) == 1:
+            seg_a, seg_h = tl.associative_scan(
+                (tl.where(need, _unpack(wa), 1.0), tl.where(need, _unpack(wh), 0.0)), 0, _combine)
+            acc_a, acc_h = _combine(_last_row(seg_a, WINDOW), _last_row(seg_h, WINDOW), acc_a, acc_h)
+            found = found | (newest >= 0)
+            hi -= WINDOW
+    return acc_a, acc_h
+
+
+@triton.jit
+def _carry_in(words_a, words_h, ti, stride_t, col, colmask, tot_a, tot_h, init_h,
+              BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr):
+    """Carry-in (A, H) of tile ``ti`` (``init_h`` for tile 0) for these columns: publish the
+    tile's aggregate (tot_a, tot_h), look back, publish its inclusive prefix. PREFIX_EVERY > 1
+    (tests) publishes only every so many prefixes, so look-backs compose aggregates."""
+    slot = ti * stride_t + col
+    if ti == 0:
+        carry_a = tl.full((BLOCK_D,), 1.0, tl.float32)
+        carry_h = init_h
+    else:
+        tl.store(words_a + slot, _pack(tot_a, 1), mask=colmask)
+        tl.store(words_h + slot, _pack(tot_h, 1), mask=colmask)
+        carry_a, carry_h = _look_back(words_a, words_h, ti, stride_t, col, colmask, BLOCK_D, WINDOW)
+    if ti % PREFIX_EVERY == 0:
+        inc_a, inc_h = _combine(carry_a, carry_h, tot_a, tot_h)
+        tl.store(words_a + slot, _pack(inc_a, 2), mask=colmask)
+        tl.store(words_h + slot, _pack(inc_h, 2), mask=colmask)
+    return carry_a, carry_h
+
+
+@triton.jit
+def _fwd_lookback_kernel(
+    a_ptr, b_ptr, h0_ptr, status_ptr, out_a_ptr, out_h_ptr,
+    T, D, NBD, ND, STRIDE_T,
+    sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+    LOG: tl.constexpr, HAS_H0: tl.constexpr, WRITE_A: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
+):
+    """Single-pass forward: one (BLOCK_T, BLOCK_D) tile per program, its carry-in from
+    the tiles before it by decoupled look-back (status words after the ticket counter)."""
+    v = tl.atomic_add(status_ptr, 1).to(tl.int32)  # ticket: time-tile major, so predecessors start first
+    ti, c = v // NBD, v % NBD
+    bi, di = c // ND, c % ND
+    d = di * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
+    mask = (rows < T)[:, None] & dmask[None, :]
+    a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+    if LOG:  # b_t sits in slot t + 1 of log_values
+        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
+        a = tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
+        b = tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
+    else:
+        b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
+        a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
+        b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+    a_run, b_run = tl.associative_scan((a, b), 0, _combine)
+    tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
+
+    first = dmask & (ti == 0)
+    if LOG:
+        init_h = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=first, other=float("-inf")).to(tl.float32))
+    elif HAS_H0:
+        init_h = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=first, other=0.0).to(tl.float32)
+    else:
+        init_h = tl.zeros((BLOCK_D,), tl.float32)
+    words = status_ptr + 1
+    carry_a, carry_h = _carry_in(words, words + STRIDE_T * tl.cdiv(T, BLOCK_T), ti, STRIDE_T, bi * D + d, dmask,
+                                 tot_a, tot_h, init_h, BLOCK_D, WINDOW, PREFIX_EVERY)
+
+    out_off = bi * T * D + rows[:, None] * D + d[None, :]
+    tl.store(out_h_ptr + out_off, (a_run * carry_h[None, :] + b_run).to(out_h_ptr.dtype.element_ty), mask=mask)
+    if WRITE_A:
+        tl.store(out_a_ptr + out_off, (a_run * carry_a[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _bwd_kernel(
     a_ptr, b_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, carry_h_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
@@ -174,6 +284,78 @@ def _bwd_kernel(
             tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=dmask)
 
 
+@triton.jit
+def _bwd_lookback_kernel(
+    a_ptr, b_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, status_ptr, da_ptr, db_ptr, dh0_ptr,
+    T, D, NBD, ND, STRIDE_T,
+    sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_GA: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
+):
+    """Single-pass backward: ``_bwd_kernel``'s tile body, one tile per program, tiles taken
+    from the end of time; the carry (g^ after the tile) by decoupled look-back."""
+    v = tl.atomic_add(status_ptr, 1).to(tl.int32)
+    tr, c = v // NBD, v % NBD  # tr: tiles counted from the end of time
+    bi, di = c // ND, c % ND
+    n_tiles = tl.cdiv(T, BLOCK_T)
+    d = di * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    rows = (n_tiles - tr) * BLOCK_T - 1 - tl.arange(0, BLOCK_T)  # descending time
+    valid = rows < T
+    mask = valid[:, None] & dmask[None, :]
+    nxt = (rows + 1 < T)[:, None] & mask
+    c_off = bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d
+    if LOG:
+        cf = tl.exp(tl.load(a_ptr + c_off, mask=nxt, other=float("-inf")).to(tl.float32))
+    else:
+        cf = tl.load(a_ptr + c_off, mask=nxt, other=0.0).to(tl.float32)
+    cf = tl.where(valid[:, None], cf, 1.0)
+    off = bi * T * D + rows[:, None] * D + d[None, :]
+    u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
+    tot_c = _last_row(c_run, BLOCK_T)
+    zero = tl.zeros((BLOCK_D,), tl.float32)
+    words = status_ptr + 1
+    plane = STRIDE_T * n_tiles
+    col = bi * D + d
+    _, g = _carry_in(words, words + plane, tr, STRIDE_T, col, dmask, tot_c, _last_row(u_run, BLOCK_T), zero,
+                     BLOCK_D, WINDOW, PREFIX_EVERY)
+    ghat = c_run * g[None, :] + u_run
+    first = rows == 0
+    prev = tl.load(hout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=0.0).to(tl.float32)
+    if LOG:
+        h0 = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask & (tr == n_tiles - 1),
+                            other=float("-inf")).to(tl.float32))
+    elif HAS_H0:
+        h0 = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=dmask & (tr == n_tiles - 1), other=0.0).to(tl.float32)
+    else:
+        h0 = zero
+    da = ghat * tl.where(first[:, None], h0[None, :], prev)
+    if HAS_GA:
+        ua = tl.load(ga_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        _, ua_run = tl.associative_scan((cf, ua), 0, _combine)
+        _, ga = _carry_in(words + 2 * plane, words + 3 * plane, tr, STRIDE_T, col, dmask, tot_c,
+                          _last_row(ua_run, BLOCK_T), zero, BLOCK_D, WINDOW, PREFIX_EVERY)
+        aprev = tl.load(aout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=1.0).to(tl.float32)
+        da += (c_run * ga[None, :] + ua_run) * tl.where(first[:, None], 1.0, aprev)
+    a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+    if LOG:  # d/dlog a = a * d/da ; d/dlog b = b * d/db (b = exp(log_values[t + 1]))
+        da *= tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
+        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
+        db = ghat * tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
+        tl.store(db_ptr + off + bi * D + D, db.to(db_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
+    tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
+    if tr == n_tiles - 1:  # dL/dh_0 = a_1 g^_1 (log op: times h_0, into log_values[:, 0])
+        g0 = _last_row(ghat, BLOCK_T)
+        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        if LOG:
+            tl.store(db_ptr + bi * (T + 1) * D + d, (tl.exp(a0) * g0 * h0).to(db_ptr.dtype.element_ty), mask=dmask)
+        elif HAS_H0:
+            tl.store(dh0_ptr + bi * D + d, (a0 * g0).to(dh0_ptr.dtype.element_ty), mask=dmask)
+
+
 def _strides3(x):
     return x.stride(0), x.stride(1), x.stride(2)
 
@@ -198,6 +380,9 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     block_t, block_d, warps, nc, chunk = _geometry(a, log, nc)
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
+    if common.use_lookback(nc):
+        _forward_lookback(a, b, h0, log, write_a, out_a, out_h)
+        return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
         carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, (block_t, block_d, warps))
@@ -209,6 +394,21 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
         BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"), num_warps=warps,
     )
     return (out_a if write_a else None), out_h
+
+
+def _forward_lookback(a, b, h0, log, write_a, out_a, out_h):
+    """The single-pass forward (``_fwd_lookback_kernel``) into ``out_a`` / ``out_h``."""
+    B, T, D = a.shape
+    block_t, block_d, warps = common.lookback_tiles(a.device, log)
+    nd = cdiv(D, block_d)
+    status = torch.zeros(1 + 2 * cdiv(T, block_t) * B * D, device=a.device, dtype=torch.int64)
+    wrap_triton(_fwd_lookback_kernel)[(cdiv(T, block_t) * B * nd,)](
+        a, b, h0, status, out_a, out_h, T, D, B * nd, nd, B * D,
+        *_strides3(a), *_strides3(b), *_h0_strides(h0),
+        LOG=log, HAS_H0=h0 is not None, WRITE_A=write_a,
+        BLOCK_T=block_t, BLOCK_D=block_d, WINDOW=common.LOOKBACK["window"],
+        PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps,
+    )
 
 
 def _carries(a, b, h0, log, write_a, nc, chunk, tile):
@@ -239,10 +439,20 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
+    strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
+    if common.use_lookback(nc):
+        block_t, block_d, warps = common.lookback_tiles(a.device, log)
+        nd, n_tiles = cdiv(D, block_d), cdiv(T, block_t)
+        status = torch.zeros(1 + (4 if ga is not None else 2) * n_tiles * B * D, device=a.device, dtype=torch.int64)
+        wrap_triton(_bwd_lookback_kernel)[(n_tiles * B * nd,)](
+            a, b, h0, gh, ga, hout, aout, status, da, db, dh0, T, D, B * nd, nd, B * D, *strides,
+            LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
+            WINDOW=common.LOOKBACK["window"], PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps,
+        )
+        return da, db, dh0
     grid = (B * nc, cdiv(D, block_d))
     consts = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=common.stages(log, "bwd"), num_warps=warps)
-    strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
     carry_h = carry_a = None
     if nc > 1:
         sum_p = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
