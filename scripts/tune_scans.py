@@ -105,12 +105,14 @@ def chunking_sweep(budget, log):
 
 def matrix2_sweep(budget, log):
     """matrix_scan forward: the generic block kernel against the 2x2 kernel (affine.TWO_BY_TWO)
-    at a few (lanes per program, warps, programs per SM, pipelining) points."""
-    points = [None, (64, 2, 16, None), (64, 2, 16, 3), (128, 4, 16, None), (32, 1, 16, None),
-              (64, 2, 32, None), (64, 2, 8, None), (128, 4, 32, 3)]
+    at (lanes per program, warps, programs per SM, pipelining) points, each checked against
+    the generic kernel's outputs."""
+    points = [None, (64, 2, 16, None), (32, 1, 16, None), (64, 2, 12, None), (32, 1, 8, None), (64, 1, 16, None),
+              (128, 2, 16, None), (32, 1, 32, None), (64, 2, 24, None)]
+    reference = {}
     with knobs(affine.TWO_BY_TWO):
         for point in points:
-            for shape, direction in itertools.product(("large", "vlong"), ("fwd", "fwdbwd")):
+            for shape, direction in itertools.product(("large", "vlong", "longT", "lab"), ("fwd",)):
                 if time.time() - START > budget:
                     return
                 if point is None:
@@ -119,46 +121,74 @@ def matrix2_sweep(budget, log):
                     block_n, warps, per_sm, stages = point
                     affine.TWO_BY_TWO.update(enabled=True, block_n=block_n, num_warps=warps, per_sm=per_sm,
                                              stages=stages)
-                us = timed("matrix_scan", shape, direction)
+                us, err = _checked_us("matrix_scan", shape, direction, reference, (shape, direction))
                 log(dict(section="matrix2", kernel="generic" if point is None else "2x2", point=point, shape=shape,
-                         direction=direction, us=us, tbps=tbps("matrix_scan", shape, direction, us)))
+                         direction=direction, us=us, tbps=tbps("matrix_scan", shape, direction, us), rel_err=err))
+
+
+def _checked_us(op, shape, direction, reference, key):
+    """(median us, max relative difference against ``reference[key]``) of one cell at the
+    current knobs; the first result of a key becomes its reference (relative error None).
+    ``shape`` is a grid shape name or a dims dict."""
+    dims = shape if isinstance(shape, dict) else None
+    xs = (OPS[op].inputs(dims, device="cuda", requires_grad=direction == "fwdbwd") if dims
+          else measure.inputs_for(op, shape, direction))
+    fn = measure.workload(op, "triton", direction, xs)
+    result = [t.detach().clone() for t in _flat(fn())]  # outputs, or input grads
+    err = None
+    if key in reference:
+        err = max(((r - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
+                  for r, q in zip(result, reference[key]))
+    else:
+        reference[key] = result
+    us = measure.median_us(fn)
+    del xs, fn, result
+    torch.cuda.empty_cache()
+    return us, err
+
+
+def _moved(op, shape, direction):
+    if isinstance(shape, dict):  # the scaling cells: elementwise state-only forward, read a, b, write h
+        return 3 * 4 * shape["B"] * shape["T"] * shape["D"]
+    return bytes_moved(*measure.meta_inputs_outputs(op, shape), direction)
+
+
+# Whole elementwise configurations (common.LOOKBACK / common.CHUNKING updates), first the
+# one main measured in run 11; each checked against it.
+ELEMENTWISE_CONFIGS = {
+    "run11": ({}, {}),
+    "lb-linear-128": (dict(linear="chunked", linear_tile=(128, 32, 4)), {}),
+    "lb-linear-128+ch128/16": (dict(linear="chunked", linear_tile=(128, 32, 4)), dict(min_tiles=128, programs_per_sm=16)),
+    "lb-linear-128+ch0/16": (dict(linear="chunked", linear_tile=(128, 32, 4)), dict(programs_per_sm=16)),
+    "lb-linear-256x8": (dict(linear="chunked", linear_tile=(256, 32, 8)), {}),
+    "lb-linear-128x8": (dict(linear="chunked", linear_tile=(128, 32, 8)), {}),
+    "lb-both-128/64": (dict(linear="chunked", linear_tile=(128, 32, 4), log="chunked", log_tile=(64, 32, 4)), {}),
+}
 
 
 def lookback_sweep(budget, log):
-    """common.LOOKBACK: the single-pass look-back kernels against the chunked summary passes
-    ("off"), per point; each point's outputs and grads checked against the "off" path's
-    first (the spin-waits only run concurrently on a GPU)."""
-    points = [("off", None, 16), ("chunked", None, 16), ("always", None, 16), ("always", (128, 32, 4), 16),
-              ("always", (32, 32, 2), 16), ("always", None, 32), ("always", (64, 64, 4), 16)]
+    """Whole configurations of the single-pass look-back kernels (common.LOOKBACK) and the
+    T-chunking rule (common.CHUNKING) over the elementwise cells and the B = 1 scaling
+    cells; each cell's outputs / grads checked against the first configuration's (the
+    look-back spin-waits only run concurrently on a GPU)."""
     cells = list(itertools.product(("linear_scan_state", "parallel_scan_log", "linear_scan"),
-                                   ("large", "vlong", "longT"), ("fwd", "fwdbwd")))
-    scaling = [("linear_scan_state", dict(B=1, T=2 ** k, D=1024), "fwd") for k in (12, 16, 20)]
+                                   ("large", "vlong", "longT", "lab"), ("fwd", "fwdbwd")))
+    scaling = [(op, dict(B=1, T=2 ** k, D=1024), "fwd") for op in ("linear_scan_state", "parallel_scan_log")
+               for k in (10, 13, 16, 20)]
     reference = {}
-    with knobs(common.LOOKBACK):
-        for mode, tile, window in points:
-            common.LOOKBACK.update(mode=mode, tile=tile, window=window)
+    with knobs(common.LOOKBACK, common.CHUNKING):
+        for name, (lookback, chunking) in ELEMENTWISE_CONFIGS.items():
+            saved = dict(common.LOOKBACK), dict(common.CHUNKING)
+            common.LOOKBACK.update(lookback)
+            common.CHUNKING.update(chunking)
             for op, shape, direction in cells + scaling:
                 if time.time() - START > budget:
                     return
-                dims = shape if isinstance(shape, dict) else None
-                xs = (OPS[op].inputs(dims, device="cuda", requires_grad=direction == "fwdbwd") if dims
-                      else measure.inputs_for(op, shape, direction))
-                fn = measure.workload(op, "triton", direction, xs)
-                result = [t.detach().clone() for t in _flat(fn())]  # outputs, or input grads
-                key = (op, str(shape), direction)
-                err = None
-                if key in reference:
-                    err = max(((r - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
-                              for r, q in zip(result, reference[key]))
-                elif mode == "off":
-                    reference[key] = result
-                us = measure.median_us(fn)
-                moved = (bytes_moved(*measure.meta_inputs_outputs(op, shape), direction) if not dims else
-                         3 * 4 * dims["B"] * dims["T"] * dims["D"])
-                log(dict(section="lookback", mode=mode, tile=tile, window=window, op=op, shape=str(shape),
-                         direction=direction, us=us, tbps=moved / us / 1e6, rel_err_vs_off=err))
-                del xs, fn, result
-                torch.cuda.empty_cache()
+                us, err = _checked_us(op, shape, direction, reference, (op, str(shape), direction))
+                log(dict(section="lookback", config=name, op=op, shape=str(shape), direction=direction, us=us,
+                         tbps=_moved(op, shape, direction) / us / 1e6, rel_err=err))
+            common.LOOKBACK.update(saved[0])
+            common.CHUNKING.update(saved[1])
 
 
 def _flat(out):

@@ -82,24 +82,28 @@ def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, fami
     return max(1, min(want, cdiv(T, 2 * min_chunk)))
 
 
-# The single-pass forward with decoupled look-back (elementwise._fwd_lookback_kernel): one
-# tile per program, no summary pass. "mode": "off" (chunked summary passes), "chunked"
-# (look-back where the T-chunked path would run), "always"; "tile": its GPU
-# (BLOCK_T, BLOCK_D, num_warps) (None: the elementwise tiles); "window": predecessors
+# The single-pass kernels with decoupled look-back (elementwise._fwd/_bwd_lookback_kernel):
+# one tile per program, no summary pass. Per kind ("linear", "log"): "off" (chunked summary
+# passes), "chunked" (look-back where the T-chunked path would run) or "always"; "<kind>_tile":
+# its GPU (BLOCK_T, BLOCK_D, num_warps) (None: the elementwise tiles). "window": predecessors
 # read per look-back step; "prefix_every": 1 (tests raise it so that look-backs compose
-# aggregates, which the interpreter's in-order programs never need). tune_scans' lookback
-# section sweeps them.
-LOOKBACK = {"mode": "off", "tile": None, "window": 16, "prefix_every": 1}
+# aggregates, which the interpreter's in-order programs never need). From tune_scans'
+# lookback section (H200, NOTES.md session 4): single-tile programs lose to the walking
+# kernel where it fills the GPU (large), win where it would chunk (longT, vlong, B = 1) for
+# the linear kind with taller tiles; the log kind's exps make it slower there.
+LOOKBACK = {"linear": "off", "log": "off", "linear_tile": None, "log_tile": None, "window": 16, "prefix_every": 1}
 
 
-def use_lookback(chunks: int) -> bool:
+def use_lookback(chunks: int, log: bool) -> bool:
     """Whether a call that the chunked path would split into ``chunks`` runs single-pass."""
-    return LOOKBACK["mode"] == "always" or (LOOKBACK["mode"] == "chunked" and chunks > 1)
+    mode = LOOKBACK["log" if log else "linear"]
+    return mode == "always" or (mode == "chunked" and chunks > 1)
 
 
 def lookback_tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
-    """(BLOCK_T, BLOCK_D, num_warps) of the look-back forward."""
-    return (LOOKBACK["tile"] or tiles(device, log)) if on_gpu(device) else tiles(device, log)
+    """(BLOCK_T, BLOCK_D, num_warps) of the look-back kernels."""
+    tile = LOOKBACK["log_tile" if log else "linear_tile"]
+    return tuple(tile) if tile and on_gpu(device) else tiles(device, log)
 
 
 def check_envelope(op: str, *tensors, kv=None) -> None:

@@ -380,7 +380,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     block_t, block_d, warps, nc, chunk = _geometry(a, log, nc)
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
-    if common.use_lookback(nc):
+    if common.use_lookback(nc, log):
         _forward_lookback(a, b, h0, log, write_a, out_a, out_h)
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
@@ -440,7 +440,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
     strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
-    if common.use_lookback(nc):
+    if common.use_lookback(nc, log):
         block_t, block_d, warps = common.lookback_tiles(a.device, log)
         nd, n_tiles = cdiv(D, block_d), cdiv(T, block_t)
         status = torch.zeros(1 + (4 if ga is not None else 2) * n_tiles * B * D, device=a.device, dtype=torch.int64)
