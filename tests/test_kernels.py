@@ -241,10 +241,31 @@ def test_eager_calls_launch_triton_directly(op_name, monkeypatch):
 
 @pytest.fixture
 def two_by_two(monkeypatch):
-    """The 2x2 forward kernel switched on (off by default until measured faster)."""
+    """The 2x2 kernels switched on (the default; the fixture keeps these tests about them)."""
     from scankit.triton import affine
 
     monkeypatch.setitem(affine.TWO_BY_TWO, "enabled", True)
+
+
+@pytest.mark.parametrize("T", [1, 13, 40])
+@pytest.mark.parametrize("with_prefix", [True, False])
+def test_matrix_scan_generic_kernels(T, with_prefix, seed, monkeypatch, launches):
+    """matrix_scan through the generic block kernels (the 2x2 ones switched off)."""
+    from scankit.triton import affine
+
+    monkeypatch.setitem(affine.TWO_BY_TWO, "enabled", False)
+    xs = OPS["matrix_scan"].inputs(dict(B=2, n=3, T=T), device=DEVICE, seed=seed)
+    if with_prefix:
+        check("matrix_scan", xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+    else:
+        xs = [x.requires_grad_() for x in xs]
+        ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
+        h, ref = OPS["matrix_scan"].fn(*xs, return_prefix=False), states("matrix_scan", ref_in, None)
+        torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+        w = torch.randn(ref.shape, dtype=torch.float64)
+        for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), xs), torch.autograd.grad((ref * w).sum(), ref_in)):
+            torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    assert {"_fwd_kernel", "_bwd_kernel"} <= set(launches) and not {"_fwd2_kernel", "_bwd2_kernel"} & set(launches)
 
 
 @pytest.mark.parametrize("T", [1, 13, 40])
@@ -253,6 +274,7 @@ def two_by_two(monkeypatch):
 def test_two_by_two_forward(op_name, dims, T, seed, two_by_two, launches):
     xs = OPS[op_name].inputs(dict(dims, T=T), device=DEVICE, seed=seed)
     check(op_name, xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+    assert "_bwd2_kernel" in launches and "_bwd_kernel" not in launches, launches
     launches.clear()
     with torch.no_grad():
         OPS[op_name].fn(*xs)
@@ -262,17 +284,22 @@ def test_two_by_two_forward(op_name, dims, T, seed, two_by_two, launches):
 @pytest.mark.parametrize("with_h0", [False, True])
 def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_two, launches):
     op = OPS["matrix_scan"]
-    xs = [x.transpose(0, 1).contiguous().transpose(0, 1) for x in op.inputs(dict(B=2, n=3, T=40), device=DEVICE, seed=seed)]
-    ref_in = [x.double().cpu() for x in xs]
-    h0 = torch.randn((2, 3, 2), device=DEVICE) if with_h0 else None
-    with torch.no_grad():
-        h = op.fn(*xs, h0=h0, return_prefix=False)
-    ref = states("matrix_scan", ref_in, h0.double().cpu() if with_h0 else None)
-    torch.testing.assert_close(h.cpu().double(), ref, atol=1e-5, rtol=1e-5)
-    assert "_fwd2_kernel" in launches
+    xs = [x.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+          for x in op.inputs(dict(B=2, n=3, T=40), device=DEVICE, seed=seed)]
+    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
+    h0 = torch.randn((2, 3, 2), device=DEVICE).requires_grad_() if with_h0 else None
+    h0_ref = h0.detach().double().cpu().requires_grad_() if with_h0 else None
+    h = op.fn(*xs, h0=h0, return_prefix=False)
+    ref = states("matrix_scan", ref_in, h0_ref)
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(ref.shape, dtype=torch.float64)
+    leaves, ref_leaves = xs + ([h0] if with_h0 else []), ref_in + ([h0_ref] if with_h0 else [])
+    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    assert {"_fwd2_kernel", "_bwd2_kernel"} <= set(launches), launches
 
 
-@pytest.fixture(params=[("always", 1), ("always", 3), ("chunked", 2)], ids=lambda p: f"{p[0]}-prefix{p[1]}")
+@pytest.fixture(params=[("off", 1), ("always", 1), ("always", 3), ("chunked", 2)], ids=lambda p: f"{p[0]}-prefix{p[1]}")
 def lookback(request, monkeypatch):
     """The single-pass look-back kernels switched on; prefix_every > 1 makes look-backs
     compose aggregates over several windows (in-order interpreter programs never wait)."""
@@ -291,7 +318,11 @@ def lookback(request, monkeypatch):
 def test_lookback_kernels(op_name, dims, T, seed, lookback, launches):
     xs = OPS[op_name].inputs(dict(dims, T=T), device=DEVICE, seed=seed)
     check(op_name, xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
-    if lookback == "always" or (T == 150 and DEVICE == "cpu"):  # "chunked": where T is split (CPU tiles: 10)
+    if lookback == "off":  # the chunked summary passes (CPU: T = 150 is 10 tiles, split)
+        assert not {"_fwd_lookback_kernel", "_bwd_lookback_kernel"} & set(launches), launches
+        if T == 150 and DEVICE == "cpu":
+            assert launches.count("_fwd_kernel") >= 2 and launches.count("_bwd_kernel") >= 2, launches
+    elif lookback == "always" or (T == 150 and DEVICE == "cpu"):  # "chunked": where T is split
         assert {"_fwd_lookback_kernel", "_bwd_lookback_kernel"} <= set(launches), launches
         assert not {"_fwd_kernel", "_bwd_kernel"} & set(launches), launches  # no summary passes
 
@@ -313,3 +344,5 @@ def test_lookback_state_only_with_h0_and_strided_inputs(with_h0, seed, lookback,
         torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
     if lookback == "always":  # "chunked": a GPU walks 70 rows in one chunk
         assert "_fwd_lookback_kernel" in launches
+    elif lookback == "off":
+        assert "_fwd_lookback_kernel" not in launches

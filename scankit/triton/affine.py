@@ -215,6 +215,109 @@ def _bwd_kernel(
             tl.store(dh0_ptr + bi * N * K * V + off_kv, _mm(a0t, gb).to(dh0_ptr.dtype.element_ty), mask=nmask)
 
 
+@triton.jit
+def _bwd2_kernel(
+    a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
+    da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
+    T, N, NC, CHUNK,
+    sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
+    HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
+    BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
+    """``_bwd_kernel`` for k = 2, v = 1, one lane per 2x2 block as plain vectors (like
+    ``_fwd2_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t (and the same for the running
+    product's grad), dA_t = G^_t h_{t-1}^T (+ G^A_t Abar_{t-1}^T), dB_t = G^_t."""
+    pid = tl.program_id(0)
+    bi, ci = pid // NC, pid % NC
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = n < N
+    side = (bi * NC + ci) * N + n
+    zero = tl.zeros((BLOCK_N,), tl.float32)
+    one = tl.full((BLOCK_N,), 1.0, tl.float32)
+    g0, g1 = zero, zero
+    q00, q01, q10, q11 = zero, zero, zero, zero  # G^A
+    p00, p01, p10, p11 = one, zero, zero, one  # product of the A^T (summary)
+    if HAS_CARRY:
+        g0 = tl.load(carry_b_ptr + side * 2, mask=nmask, other=0.0)
+        g1 = tl.load(carry_b_ptr + side * 2 + 1, mask=nmask, other=0.0)
+        if HAS_GA:
+            q00 = tl.load(carry_a_ptr + side * 4, mask=nmask, other=0.0)
+            q01 = tl.load(carry_a_ptr + side * 4 + 1, mask=nmask, other=0.0)
+            q10 = tl.load(carry_a_ptr + side * 4 + 2, mask=nmask, other=0.0)
+            q11 = tl.load(carry_a_ptr + side * 4 + 3, mask=nmask, other=0.0)
+    pa = a_ptr + bi * sa_b + n * sa_n
+    for j in tl.range(0, CHUNK, num_stages=STAGES):
+        t = ci * CHUNK + CHUNK - 1 - j  # descending time
+        m = nmask & (t < T)
+        mc = m & (t + 1 < T)
+        m00 = tl.load(pa + (t + 1) * sa_t, mask=mc, other=0.0).to(tl.float32)
+        m01 = tl.load(pa + (t + 1) * sa_t + sa_j, mask=mc, other=0.0).to(tl.float32)
+        m10 = tl.load(pa + (t + 1) * sa_t + sa_i, mask=mc, other=0.0).to(tl.float32)
+        m11 = tl.load(pa + (t + 1) * sa_t + sa_i + sa_j, mask=mc, other=0.0).to(tl.float32)
+        row = (bi * T + t) * N + n
+        u0 = tl.load(gb_ptr + row * 2, mask=m, other=0.0).to(tl.float32)
+        u1 = tl.load(gb_ptr + row * 2 + 1, mask=m, other=0.0).to(tl.float32)
+        g0, g1 = tl.where(m, m00 * g0 + m10 * g1 + u0, g0), tl.where(m, m01 * g0 + m11 * g1 + u1, g1)
+        if HAS_GA:
+            v00 = tl.load(ga_ptr + row * 4, mask=m, other=0.0).to(tl.float32)
+            v01 = tl.load(ga_ptr + row * 4 + 1, mask=m, other=0.0).to(tl.float32)
+            v10 = tl.load(ga_ptr + row * 4 + 2, mask=m, other=0.0).to(tl.float32)
+            v11 = tl.load(ga_ptr + row * 4 + 3, mask=m, other=0.0).to(tl.float32)
+            q00, q01, q10, q11 = (tl.where(m, m00 * q00 + m10 * q10 + v00, q00),
+                                  tl.where(m, m00 * q01 + m10 * q11 + v01, q01),
+                                  tl.where(m, m01 * q00 + m11 * q10 + v10, q10),
+                                  tl.where(m, m01 * q01 + m11 * q11 + v11, q11))
+        if SUMMARY:
+            p00, p01, p10, p11 = (tl.where(m, m00 * p00 + m10 * p10, p00), tl.where(m, m00 * p01 + m10 * p11, p01),
+                                  tl.where(m, m01 * p00 + m11 * p10, p10), tl.where(m, m01 * p01 + m11 * p11, p11))
+        else:
+            prev = m & (t > 0)
+            h0 = tl.load(outb_ptr + (row - N) * 2, mask=prev, other=0.0).to(tl.float32)
+            h1 = tl.load(outb_ptr + (row - N) * 2 + 1, mask=prev, other=0.0).to(tl.float32)
+            if HAS_H0:
+                first = m & (t == 0)
+                h0 += tl.load(h0_ptr + bi * sh_b + n * sh_n, mask=first, other=0.0).to(tl.float32)
+                h1 += tl.load(h0_ptr + bi * sh_b + n * sh_n + sh_i, mask=first, other=0.0).to(tl.float32)
+            d00, d01, d10, d11 = g0 * h0, g0 * h1, g1 * h0, g1 * h1
+            if HAS_GA:  # + G^A Abar_{t-1}^T, Abar_{-1} = I
+                r00 = tl.load(outa_ptr + (row - N) * 4, mask=prev, other=1.0).to(tl.float32)
+                r01 = tl.load(outa_ptr + (row - N) * 4 + 1, mask=prev, other=0.0).to(tl.float32)
+                r10 = tl.load(outa_ptr + (row - N) * 4 + 2, mask=prev, other=0.0).to(tl.float32)
+                r11 = tl.load(outa_ptr + (row - N) * 4 + 3, mask=prev, other=1.0).to(tl.float32)
+                d00 += q00 * r00 + q01 * r01
+                d01 += q00 * r10 + q01 * r11
+                d10 += q10 * r00 + q11 * r01
+                d11 += q10 * r10 + q11 * r11
+            ty = da_ptr.dtype.element_ty
+            tl.store(da_ptr + row * 4, d00.to(ty), mask=m)
+            tl.store(da_ptr + row * 4 + 1, d01.to(ty), mask=m)
+            tl.store(da_ptr + row * 4 + 2, d10.to(ty), mask=m)
+            tl.store(da_ptr + row * 4 + 3, d11.to(ty), mask=m)
+            tl.store(db_ptr + row * 2, g0.to(db_ptr.dtype.element_ty), mask=m)
+            tl.store(db_ptr + row * 2 + 1, g1.to(db_ptr.dtype.element_ty), mask=m)
+    if SUMMARY:
+        tl.store(sum_p_ptr + side * 4, p00, mask=nmask)
+        tl.store(sum_p_ptr + side * 4 + 1, p01, mask=nmask)
+        tl.store(sum_p_ptr + side * 4 + 2, p10, mask=nmask)
+        tl.store(sum_p_ptr + side * 4 + 3, p11, mask=nmask)
+        tl.store(carry_b_ptr + side * 2, g0, mask=nmask)
+        tl.store(carry_b_ptr + side * 2 + 1, g1, mask=nmask)
+        if HAS_GA:
+            tl.store(carry_a_ptr + side * 4, q00, mask=nmask)
+            tl.store(carry_a_ptr + side * 4 + 1, q01, mask=nmask)
+            tl.store(carry_a_ptr + side * 4 + 2, q10, mask=nmask)
+            tl.store(carry_a_ptr + side * 4 + 3, q11, mask=nmask)
+    elif HAS_H0:
+        if ci == 0:  # dL/dh_0 = A_0^T G^_0
+            a00 = tl.load(pa, mask=nmask, other=0.0).to(tl.float32)
+            a01 = tl.load(pa + sa_j, mask=nmask, other=0.0).to(tl.float32)
+            a10 = tl.load(pa + sa_i, mask=nmask, other=0.0).to(tl.float32)
+            a11 = tl.load(pa + sa_i + sa_j, mask=nmask, other=0.0).to(tl.float32)
+            ty = dh0_ptr.dtype.element_ty
+            tl.store(dh0_ptr + (bi * N + n) * 2, (a00 * g0 + a10 * g1).to(ty), mask=nmask)
+            tl.store(dh0_ptr + (bi * N + n) * 2 + 1, (a01 * g0 + a11 * g1).to(ty), mask=nmask)
+
+
 # Launch knobs of the block kernels on the GPU (scripts/tune_scans.py sweeps them):
 # elements of the per-step (BN, K, K, max(K, V)) product, shortest T-chunk, warps per program.
 # H200 sweep (experiments/logs/2026-11-30-h200-tune-scans-run7.json): one block per program
@@ -244,10 +347,21 @@ def _s(x, dims=5):
     return tuple(x.stride()) if x is not None else (0,) * dims
 
 
-# The 2x2 forward (matrix_scan): off until an H200 sweep shows it faster than the generic
-# kernel (tune_scans.py --sections matrix2); lanes per program, warps, programs per SM it
-# aims at when chunking T, shortest chunk, pipelining depth of its step loop.
-TWO_BY_TWO = {"enabled": False, "block_n": 64, "num_warps": 2, "per_sm": 16, "min_chunk": 16, "stages": None}
+# The 2x2 kernels (matrix_scan, k = 2, v = 1): lanes per program, warps, programs per SM
+# they aim at when chunking T, shortest chunk, pipelining depth of the step loop, and the
+# shortest T they take on the GPU. H200 sweeps (NOTES.md, session 4): the 2x2 forward
+# (64, 2 warps, 16 per SM) took matrix_scan large fwd from 1180-1277 to 374-573 us and vlong
+# from 759-969 to 476-569 us; at lab (T = 64) it was 3-4x slower than the generic kernel's
+# single pass, at longT (T = 1024) faster: hence "min_t".
+TWO_BY_TWO = {"enabled": True, "block_n": 64, "num_warps": 2, "per_sm": 16, "min_chunk": 16, "stages": None,
+              "min_t": 256}
+
+
+def _two_by_two(A, V: int) -> bool:
+    """Whether the 2x2 kernels run this (k = 2, v = 1) scan; on the GPU only from
+    TWO_BY_TWO["min_t"] steps (below it the generic kernel's single pass costs less)."""
+    K, T = A.shape[3], A.shape[1]
+    return TWO_BY_TWO["enabled"] and K == 2 and V == 1 and (T >= TWO_BY_TWO["min_t"] or not on_gpu(A.device))
 
 
 def _geometry_2x2(A, chunked: bool):
@@ -284,7 +398,7 @@ def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
     """(Abar or None, Bbar or h) of the block recurrence."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
-    two = TWO_BY_TWO["enabled"] and K == 2 and V == 1
+    two = _two_by_two(A, V)
     if two:
         bn, nc, chunk = _geometry_2x2(A, chunked)
     else:
@@ -311,29 +425,38 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     """(dA, dB, dh0) of the block recurrence from the saved outputs."""
     B, T, N, K, _ = A.shape
     V = gb.shape[-1]
-    bn, nc, chunk = _geometry(A, V)
+    two = _two_by_two(A, V)
+    bn, nc, chunk = _geometry_2x2(A, True) if two else _geometry(A, V)
     gb = gb.contiguous()
     ga = ga.contiguous() if ga is not None else None
     dA = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype)
     dB = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
     dh0 = torch.empty((B, N, K, V), device=A.device, dtype=A.dtype) if h0 is not None else None
     grid = (B * nc, cdiv(N, bn))
-    consts = dict(K=K, V=V, BN=bn, HAS_H0=h0 is not None, HAS_GA=ga is not None)
+    if two:
+        gpu = on_gpu(A.device)
+        kernel = _bwd2_kernel
+        consts = dict(BLOCK_N=bn, STAGES=TWO_BY_TWO["stages"] if gpu else None,
+                      num_warps=TWO_BY_TWO["num_warps"] if gpu else 1)
+    else:
+        kernel = _bwd_kernel
+        consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
+    consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None)
     strides = (*_s(A), *_s(h0, 4))
     carry_b = carry_a = None
     if nc > 1:
         sum_p = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
         sum_a = torch.empty_like(sum_p) if ga is not None else None
-        wrap_triton(_bwd_kernel)[grid](
+        wrap_triton(kernel)[grid](
             A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p,
-            T, N, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, num_warps=_warps(A.device), **consts,
+            T, N, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, **consts,
         )
         carry_b = _reverse_carry(sum_p, sum_b)
         carry_a = _reverse_carry(sum_p, sum_a) if ga is not None else None
-    wrap_triton(_bwd_kernel)[grid](
+    wrap_triton(kernel)[grid](
         A, h0, gb, ga, out_b, out_a, carry_b, carry_a, dA, dB, dh0, None,
-        T, N, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, num_warps=_warps(A.device), **consts,
+        T, N, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, **consts,
     )
     return dA, dB, dh0
 

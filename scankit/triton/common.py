@@ -50,9 +50,10 @@ def target_programs(device: torch.device, family: str = "elementwise", per_sm: O
 # carry ops (host time). "min_tiles": chunk only when one program would otherwise walk at
 # least this many tiles of T (a short walk costs less than the extra launches);
 # "programs_per_sm": once chunking, aim at this many programs per SM (None: the family's
-# PROGRAMS_PER_SM). The defaults keep the measured behaviour; tune_scans' chunking section
-# sweeps them.
-CHUNKING = {"min_tiles": 0, "programs_per_sm": None}
+# PROGRAMS_PER_SM). tune_scans' chunking and lookback sections sweep them: 16 programs per SM
+# once chunked took the log op's vlong fwd from 685 to 529 us (run 14), without touching
+# `large`, which fills the GPU unchunked.
+CHUNKING = {"min_tiles": 0, "programs_per_sm": 16}
 
 
 # (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU, from the H200
@@ -88,10 +89,12 @@ def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, fami
 # its GPU (BLOCK_T, BLOCK_D, num_warps) (None: the elementwise tiles). "window": predecessors
 # read per look-back step; "prefix_every": 1 (tests raise it so that look-backs compose
 # aggregates, which the interpreter's in-order programs never need). From tune_scans'
-# lookback section (H200, NOTES.md session 4): single-tile programs lose to the walking
-# kernel where it fills the GPU (large), win where it would chunk (longT, vlong, B = 1) for
-# the linear kind with taller tiles; the log kind's exps make it slower there.
-LOOKBACK = {"linear": "off", "log": "off", "linear_tile": None, "log_tile": None, "window": 16, "prefix_every": 1}
+# lookback section (H200 runs 13-14, NOTES.md session 4): single-tile programs lose to the
+# walking kernel where it fills the GPU (large: 918 against 510 us), win where it would chunk
+# (longT, vlong, B = 1) for the linear kind with (128, 32, 4) tiles (state vlong fwd 563 ->
+# 429 us); the log kind, with its exps, stays on the chunked passes.
+LOOKBACK = {"linear": "chunked", "log": "off", "linear_tile": (128, 32, 4), "log_tile": None, "window": 16,
+            "prefix_every": 1}
 
 
 def use_lookback(chunks: int, log: bool) -> bool:
