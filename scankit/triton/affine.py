@@ -349,11 +349,11 @@ def _s(x, dims=5):
 
 # The 2x2 kernels (matrix_scan, k = 2, v = 1): lanes per program, warps, programs per SM
 # they aim at when chunking T, shortest chunk, pipelining depth of the step loop, and the
-# shortest T they take on the GPU. H200 sweeps (NOTES.md, session 4): the 2x2 forward
-# (64, 2 warps, 16 per SM) took matrix_scan large fwd from 1180-1277 to 374-573 us and vlong
-# from 759-969 to 476-569 us; at lab (T = 64) it was 3-4x slower than the generic kernel's
-# single pass, at longT (T = 1024) faster: hence "min_t".
-TWO_BY_TWO = {"enabled": True, "block_n": 64, "num_warps": 2, "per_sm": 16, "min_chunk": 16, "stages": None,
+# shortest T they take on the GPU. H200 sweeps (NOTES.md, session 4; runs 13-15): the 2x2
+# kernels took matrix_scan large fwd from 700-1280 to 370-620 us (generic, same run) and fwd+bwd
+# from 2959 to 1702 us (run 15, 32 lanes, 1 warp, 32 per SM); at lab (T = 64) they were 3-5x
+# slower than the generic kernels' single pass, at longT (T = 1024) a little faster: "min_t".
+TWO_BY_TWO = {"enabled": True, "block_n": 32, "num_warps": 1, "per_sm": 32, "min_chunk": 16, "stages": None,
               "min_t": 256}
 
 
