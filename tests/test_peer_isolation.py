@@ -22,6 +22,18 @@ def test_isolated_reports_a_process_that_died():
         suite.isolated(os._exit, 3)
 
 
+def test_worker_is_reused_until_closed_and_replaced_after_dying():
+    with suite.IsolatedWorker() as worker:
+        first = worker(os.getpid)
+        assert first != os.getpid() and worker(os.getpid) == first
+        worker.close()
+        second = worker(os.getpid)
+        assert second != first
+        with pytest.raises(RuntimeError, match="measuring process died"):
+            worker(os._exit, 3)
+        assert worker(os.getpid) not in (first, second)
+
+
 def test_peer_cells_without_cuda_say_why_for_every_cell(monkeypatch):
     monkeypatch.setenv(suite.SMOKE_ENV, "1")
     monkeypatch.setattr(suite, "device", lambda: "cpu")

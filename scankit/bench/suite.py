@@ -188,18 +188,44 @@ def mixer_cells() -> dict:
     return dict(seconds=seconds, peak_bytes=peak)
 
 
-def isolated(fn, *args):
-    """``fn(*args)`` in a fresh spawned process, so that a CUDA fault there (third-party
-    kernels) cannot poison this process's context; its result, or RuntimeError saying how
-    that process ended."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
+class IsolatedWorker:
+    """A spawned process that runs calls one at a time, so that a CUDA fault there
+    (third-party kernels) cannot poison this process's context. ``close()`` retires it (the
+    next call starts a fresh one): after a fault, whose sticky error would fail every later
+    call in that process. A call that kills the process raises RuntimeError saying so."""
 
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+    def __init__(self):
+        self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __call__(self, fn, *args):
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
         try:
-            return pool.submit(fn, *args).result()
+            return self._pool.submit(fn, *args).result()
         except cf.process.BrokenProcessPool as exc:
+            self.close()
             raise RuntimeError(f"the measuring process died: {exc}") from None
+
+
+def isolated(fn, *args):
+    """``fn(*args)`` in a fresh spawned process (``IsolatedWorker``); its result, or the
+    exception it raised, or RuntimeError saying how that process ended."""
+    with IsolatedWorker() as worker:
+        return worker(fn, *args)
 
 
 def _peer_direction_cells(name: str, direction: str, shapes: tuple) -> tuple[dict, dict]:
@@ -227,24 +253,28 @@ def _peer_direction_cells(name: str, direction: str, shapes: tuple) -> tuple[dic
 def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
     """Seconds of each peer on STATE_OP per shape x direction; skipped cells with the reason
     (not installed, no CUDA, or the error the peer raised on that cell). Each peer and
-    direction is measured in its own process (``isolated``): a peer that faults takes only
-    its own cells down."""
+    direction is measured in a worker process (``IsolatedWorker``), replaced after any CUDA
+    error: a peer that faults takes only its own cells down, and the others do not pay a
+    fresh process (torch import, CUDA context) each."""
     from . import peers
 
     dev = device()
     seconds, skipped = {}, {}
-    for name in grid.PEERS:
-        for direction in grid.DIRECTIONS:
-            reason = peers.unavailable(name, dev, direction)
-            if reason:
-                got, why = {}, dict.fromkeys(shapes, reason)
-            else:
-                try:
-                    got, why = isolated(_peer_direction_cells, name, direction, tuple(shapes))
-                except Exception as exc:
-                    got, why = {}, dict.fromkeys(shapes, f"{type(exc).__name__}: {exc}"[:160])
-            seconds.update({(shape, name, direction): v for shape, v in got.items()})
-            skipped.update({(shape, name, direction): v for shape, v in why.items()})
+    with IsolatedWorker() as worker:
+        for name in grid.PEERS:
+            for direction in grid.DIRECTIONS:
+                reason = peers.unavailable(name, dev, direction)
+                if reason:
+                    got, why = {}, dict.fromkeys(shapes, reason)
+                else:
+                    try:
+                        got, why = worker(_peer_direction_cells, name, direction, tuple(shapes))
+                    except Exception as exc:
+                        got, why = {}, dict.fromkeys(shapes, f"{type(exc).__name__}: {exc}"[:160])
+                    if any("cuda" in w.lower() for w in why.values()):
+                        worker.close()  # a fault's sticky error would fail every later cell there
+                seconds.update({(shape, name, direction): v for shape, v in got.items()})
+                skipped.update({(shape, name, direction): v for shape, v in why.items()})
     return dict(seconds=seconds, skipped=skipped)
 
 
