@@ -124,3 +124,19 @@ def test_missing_commit_and_bad_arguments_exit_2(results):
     assert gate("--head", "y").returncode == 2
     out = gate("--base", "x", "--head", "y", "--results-dir", str(results_dir / "nowhere"))
     assert out.returncode == 2 and "no results for machine" in out.stderr or "holds machines" in out.stderr
+
+
+def test_rerun_of_the_same_commit_from_another_results_dir(results, tmp_path):
+    """--head-results-dir: the same commit measured twice, the rerun filed apart."""
+    results_dir, base_file, base = results
+    rerun = tmp_path / "rerun"
+    shutil.copytree(results_dir, rerun)
+    run = copy.deepcopy(base)
+    set_result(run, TIME, 0, factor=1.5)
+    (rerun / "h200" / base_file.name).write_text(json.dumps(run))
+    commit = base["commit_hash"]
+    out = gate("--base", commit, "--head", commit, "--results-dir", str(results_dir), "--head-results-dir", str(rerun))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert TIME in out.stdout and "1 regressions" in out.stdout
+    same = gate("--base", commit, "--head", commit, "--results-dir", str(results_dir))
+    assert same.returncode == 0 and "0 changed" in same.stdout, same.stdout

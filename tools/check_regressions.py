@@ -99,6 +99,8 @@ def main(argv=None) -> int:
     parser.add_argument("--head", required=True, help="the commit under test")
     parser.add_argument("--factor", type=float, default=1.10, help="change that counts (default 1.10)")
     parser.add_argument("--results-dir", default=str(ROOT / "experiments" / "asv" / "results"))
+    parser.add_argument("--head-results-dir", help="take the head run from this results dir instead (a rerun "
+                        "of the same commit kept apart: the gate then measures the run-to-run noise)")
     parser.add_argument("--machine", help="asv machine name (needed when the results hold several)")
     try:
         args = parser.parse_args(argv)
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
     try:
         machine = pick_machine(results, args.machine)
         _, base = load_run(results, machine, args.base)
-        _, head = load_run(results, machine, args.head)
+        _, head = load_run(Path(args.head_results_dir) if args.head_results_dir else results, machine, args.head)
         known = benchmarks(results)
     except ResultsError as exc:
         print(f"check_regressions: {exc}", file=sys.stderr)
