@@ -28,38 +28,47 @@ TARGET_STATUS = {
     "elementwise fwd at the roofline":
         "`large`: one pass reads each input and writes h once; the rest of the gap is not yet profiled at "
         "the instruction level (per-tile scan and last-row reductions, 32-wide D tiles). `vlong` (B = 1): "
-        "too few lanes for one pass, so T is chunked and a summary pass reads the inputs a second time. "
-        "Tried: tile shapes (run 3), a pipelined tile loop (run 7, adopted for the log kernel), more programs "
-        "per SM (run 10: faster at vlong, slower at large where it forces chunking; a per-shape rule is next).",
+        "too few lanes for one walking pass. Tried: tile shapes (run 3), a pipelined tile loop (run 7, "
+        "adopted for the log kernel), more programs per SM once T is chunked (runs 10, 13-14: adopted), and "
+        "a single-pass decoupled look-back kernel, one tile per program, no summary pass (runs 13-14: adopted "
+        "for linear_scan where T would be chunked; slower than the walking kernel at `large`, and for the "
+        "log op, whose exps it does per tile). Figures: NOTES.md, session 4.",
     "elementwise fwd+bwd at the roofline":
         "As the forward, and the backward is a reverse pass that re-reads the saved outputs. Tried: "
-        "pipelined backward tile loops (run 7, adopted).",
+        "pipelined backward tile loops (run 7, adopted); the look-back backward (runs 13-14, adopted with the "
+        "forward).",
     "matrix_scan fwd":
-        "The generic block kernel walks one 2x2 product per step and block with few lanes per program: "
-        "latency-bound, flat under every launch knob (run 7). Tried: a dedicated 2x2 kernel scanning the six "
-        "components of (M, v) over (T, n) tiles (run 10): slower at every tile shape, reverted.",
+        "The 2x2 kernels walk one lane per block with six loads per step: latency-bound at `vlong` (B = 1: few "
+        "lanes, T-chunked). Tried: a tile scan of the six components (run 10, slower, reverted); sequential "
+        "one-lane 2x2 kernels, forward and backward (runs 13-15: adopted from T = 256; several times faster "
+        "than the generic block kernel at `large`, though their time varied between runs: NOTES.md, session 4).",
     "matrix_affine_scan (k=8) fwd":
         "Each step multiplies k x k blocks in fp32 registers (tl.dot's TF32 breaks the 1e-5 gate, and k < 16): "
         "compute-bound per step. Tried: blocks per program, warps, programs per SM (run 7: one block per "
         "program and 2 warps adopted).",
     "vs accelerated-scan (with the (B,T,D) transposes)":
-        "Not measured in run 11: a CUDA illegal-address fault in accelerated-scan's fwd+bwd (with the "
-        "transposes) killed the Peers process and every peer cell with it. Next: one process per peer and "
-        "direction, so a fault costs only that peer's cells. Earlier figures (runs 6 and 9): NOTES.md.",
+        "At `lab` and `longT` scankit's call is host-bound (the Triton launcher and autograd on the host, "
+        "where accelerated-scan's CUDA extension launches with less host work); at `large` and `vlong` it is "
+        "met. Peers now run in a worker process replaced after a CUDA fault (run 11 lost every peer cell to "
+        "one).",
     "vs fla-core chunk_hgrn":
-        "Not measured in run 11 (the Peers fault above). Earlier figures (runs 6 and 9): NOTES.md.",
+        "`large`: the walking kernel's gap to the copy bandwidth (above); `lab` / `longT`: host-bound as "
+        "above. Met at `vlong`.",
     "vs torch.compile of the eager reference":
         "At `lab` and `longT` both sides are host-bound and one scankit call costs more host time than "
-        "torch.compile's graph call: the Triton launch path, three launches plus carry ops when T is "
-        "chunked. Tried: no custom-op dispatch and no wrap_triton tracing in eager calls (session 2). Next: "
-        "host-side launch geometry without triton.cdiv (a ConstexprFunction, microseconds per host call), "
-        "and no T-chunking where the serial walk costs less than the extra launches.",
+        "torch.compile's graph call (mostly the Triton launcher's host work per launch: tune_scans host "
+        "profiles, NOTES.md). Tried: no custom-op dispatch and no wrap_triton tracing in "
+        "eager calls (session 2); host geometry without triton.cdiv and two launches instead of the chunked "
+        "path's five (session 4). Met at `large` and `vlong`.",
     "small shapes fwd+bwd vs eager":
         "The elementwise ops are host-bound at `lab` and `longT` (as above), where eager's few large torch "
-        "ops are cheap; the block ops meet it.",
+        "ops are cheap; the block ops meet it. Host-bound cells also vary between runs of one commit "
+        "(experiments/logs/2026-11-30-h200-run16-vs-run17-same-commit.md).",
     SCALING_TARGET:
-        "At B = 1 and short T one call is host-bound (flat time); at long T the chunked passes (as `vlong` "
-        "above) keep the time per element above `large`'s.",
+        "At B = 1 and short T one call is host-bound (flat time). At long T the time per element is flat but "
+        "above `large`'s: linear_scan_state runs the look-back kernel (one tile per program, each with a "
+        "ticket and a look-back), parallel_scan_log the chunked passes (a summary pass reads the inputs a "
+        "second time).",
 }
 
 
