@@ -61,6 +61,24 @@ def check(op_name, xs, atol, rtol, grad_atol, grad_rtol=0.0, launches=None):
         torch.testing.assert_close(g.cpu().double(), r, atol=grad_atol, rtol=grad_rtol)
 
 
+def check_states(op_name, xs, h0_shape=None, strided=False):
+    """The state-only form (h from h0 when ``h0_shape`` is given) and its input grads,
+    h0's included, against the float64 oracle; ``strided``: time-major views as inputs."""
+    if strided:
+        xs = [x.transpose(0, 1).contiguous().transpose(0, 1) for x in xs]
+    xs = [x.detach().requires_grad_() for x in xs]
+    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
+    h0 = torch.randn(h0_shape, device=xs[0].device).requires_grad_() if h0_shape else None
+    h0_ref = h0.detach().double().cpu().requires_grad_() if h0_shape else None
+    h = OPS[op_name].fn(*xs, h0=h0, return_prefix=False)
+    ref = states(op_name, ref_in, h0_ref)
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(ref.shape, dtype=torch.float64)
+    leaves, ref_leaves = xs + ([h0] if h0_shape else []), ref_in + ([h0_ref] if h0_shape else [])
+    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+
+
 OPS_SMALL = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "linear_scan_state": dict(B=2, D=5),
              "matrix_scan": dict(B=2, n=3),
              "matrix_affine_scan": dict(B=2, n=2, k=4, v=2)}
@@ -91,21 +109,9 @@ def test_matrix_affine_envelope(k, v, T, seed, launches):
                                           ("matrix_affine_scan", dict(B=2, n=2, k=4, v=2))])
 @pytest.mark.parametrize("with_h0", [False, True])
 def test_state_only_form_with_h0(op_name, dims, with_h0, seed, launches):
-    op = OPS[op_name]
-    xs = [x.requires_grad_() for x in op.inputs(dict(dims, T=40), device=DEVICE, seed=seed)]
-    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
-    h0 = h0_ref = None
-    if with_h0:
-        h0 = torch.randn(as_tuple(oracle(op_name, ref_in))[1][:, 0].shape, device=DEVICE).requires_grad_()
-        h0_ref = h0.detach().double().cpu().requires_grad_()
-    h = op.fn(*xs, h0=h0, return_prefix=False)
-    h_ref = states(op_name, ref_in, h0_ref)
-    torch.testing.assert_close(h.detach().cpu().double(), h_ref.detach(), atol=1e-5, rtol=1e-5)
-    w = torch.randn(h_ref.shape, dtype=torch.float64)
-    leaves = xs + ([h0] if with_h0 else [])
-    ref_leaves = ref_in + ([h0_ref] if with_h0 else [])
-    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((h_ref * w).sum(), ref_leaves)):
-        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    xs = OPS[op_name].inputs(dict(dims, T=40), device=DEVICE, seed=seed)
+    h0_shape = as_tuple(oracle(op_name, [x.double().cpu() for x in xs]))[1][:, 0].shape if with_h0 else None
+    check_states(op_name, xs, h0_shape)
     assert launches
 
 
@@ -259,13 +265,7 @@ def test_matrix_scan_generic_kernels(T, with_prefix, seed, monkeypatch, launches
     if with_prefix:
         check("matrix_scan", xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
     else:
-        xs = [x.requires_grad_() for x in xs]
-        ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
-        h, ref = OPS["matrix_scan"].fn(*xs, return_prefix=False), states("matrix_scan", ref_in, None)
-        torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
-        w = torch.randn(ref.shape, dtype=torch.float64)
-        for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), xs), torch.autograd.grad((ref * w).sum(), ref_in)):
-            torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+        check_states("matrix_scan", xs, (2, 3, 2))
     assert {"_fwd_kernel", "_bwd_kernel"} <= set(launches) and not {"_fwd2_kernel", "_bwd2_kernel"} & set(launches)
 
 
@@ -284,19 +284,8 @@ def test_two_by_two_forward(op_name, dims, T, seed, two_by_two, launches):
 
 @pytest.mark.parametrize("with_h0", [False, True])
 def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_two, launches):
-    op = OPS["matrix_scan"]
-    xs = [x.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
-          for x in op.inputs(dict(B=2, n=3, T=40), device=DEVICE, seed=seed)]
-    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
-    h0 = torch.randn((2, 3, 2), device=DEVICE).requires_grad_() if with_h0 else None
-    h0_ref = h0.detach().double().cpu().requires_grad_() if with_h0 else None
-    h = op.fn(*xs, h0=h0, return_prefix=False)
-    ref = states("matrix_scan", ref_in, h0_ref)
-    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
-    w = torch.randn(ref.shape, dtype=torch.float64)
-    leaves, ref_leaves = xs + ([h0] if with_h0 else []), ref_in + ([h0_ref] if with_h0 else [])
-    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((ref * w).sum(), ref_leaves)):
-        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    xs = OPS["matrix_scan"].inputs(dict(B=2, n=3, T=40), device=DEVICE, seed=seed)
+    check_states("matrix_scan", xs, (2, 3, 2) if with_h0 else None, strided=True)
     assert {"_fwd2_kernel", "_bwd2_kernel"} <= set(launches), launches
 
 
@@ -330,19 +319,8 @@ def test_lookback_kernels(op_name, dims, T, seed, lookback, launches):
 
 @pytest.mark.parametrize("with_h0", [False, True])
 def test_lookback_state_only_with_h0_and_strided_inputs(with_h0, seed, lookback, launches):
-    op = OPS["linear_scan"]
-    xs = [x.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
-          for x in op.inputs(dict(B=2, D=7, T=70), device=DEVICE, seed=seed)]
-    ref_in = [x.detach().double().cpu().requires_grad_() for x in xs]
-    h0 = torch.randn((2, 7), device=DEVICE).requires_grad_() if with_h0 else None
-    h0_ref = h0.detach().double().cpu().requires_grad_() if with_h0 else None
-    h = op.fn(*xs, h0=h0, return_prefix=False)
-    h_ref = states("linear_scan", ref_in, h0_ref)
-    torch.testing.assert_close(h.detach().cpu().double(), h_ref.detach(), atol=1e-5, rtol=1e-5)
-    w = torch.randn(h_ref.shape, dtype=torch.float64)
-    leaves, ref_leaves = xs + ([h0] if with_h0 else []), ref_in + ([h0_ref] if with_h0 else [])
-    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((h_ref * w).sum(), ref_leaves)):
-        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    xs = OPS["linear_scan"].inputs(dict(B=2, D=7, T=70), device=DEVICE, seed=seed)
+    check_states("linear_scan", xs, (2, 7) if with_h0 else None, strided=True)
     if lookback == "always":  # "chunked": a GPU walks 70 rows in one chunk
         assert "_fwd_lookback_kernel" in launches
     elif lookback == "off":

@@ -84,6 +84,34 @@ def _fwd_kernel(
 
 
 @triton.jit
+def _ld2(p, stride, mask, o0, o1):
+    """Two fp32 lane vectors at p and p + stride (2-vectors of the 2x2 kernels)."""
+    return (tl.load(p, mask=mask, other=o0).to(tl.float32), tl.load(p + stride, mask=mask, other=o1).to(tl.float32))
+
+
+@triton.jit
+def _ld4(p, s_i, s_j, mask, o00, o01, o10, o11):
+    """A 2x2 block per lane, element (i, j) at p + i s_i + j s_j, in fp32."""
+    x00, x01 = _ld2(p, s_j, mask, o00, o01)
+    x10, x11 = _ld2(p + s_i, s_j, mask, o10, o11)
+    return x00, x01, x10, x11
+
+
+@triton.jit
+def _st2(p, x0, x1, mask):
+    """Store a 2-vector per lane, contiguous, in p's dtype."""
+    tl.store(p, x0.to(p.dtype.element_ty), mask=mask)
+    tl.store(p + 1, x1.to(p.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _st4(p, x00, x01, x10, x11, mask):
+    """Store a 2x2 block per lane, row-major contiguous, in p's dtype."""
+    _st2(p, x00, x01, mask)
+    _st2(p + 2, x10, x11, mask)
+
+
+@triton.jit
 def _fwd2_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
     T, N, NC, CHUNK,
@@ -100,56 +128,36 @@ def _fwd2_kernel(
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = n < N
     side = (bi * NC + ci) * N + n  # (B, NC, N) summary / carry slot
-    p00 = tl.full((BLOCK_N,), 1.0, tl.float32)
-    p01 = tl.zeros((BLOCK_N,), tl.float32)
-    p10 = tl.zeros((BLOCK_N,), tl.float32)
-    p11 = tl.full((BLOCK_N,), 1.0, tl.float32)
-    h0 = tl.zeros((BLOCK_N,), tl.float32)
-    h1 = tl.zeros((BLOCK_N,), tl.float32)
+    one = tl.full((BLOCK_N,), 1.0, tl.float32)
+    zero = tl.zeros((BLOCK_N,), tl.float32)
+    p00, p01, p10, p11 = one, zero, zero, one
+    h0, h1 = zero, zero
     if not SUMMARY:
         if HAS_CARRY:
-            h0 = tl.load(carry_b_ptr + side * 2, mask=nmask, other=0.0)
-            h1 = tl.load(carry_b_ptr + side * 2 + 1, mask=nmask, other=0.0)
+            h0, h1 = _ld2(carry_b_ptr + side * 2, 1, nmask, 0.0, 0.0)
             if TRACK_A:
-                p00 = tl.load(carry_a_ptr + side * 4, mask=nmask, other=1.0)
-                p01 = tl.load(carry_a_ptr + side * 4 + 1, mask=nmask, other=0.0)
-                p10 = tl.load(carry_a_ptr + side * 4 + 2, mask=nmask, other=0.0)
-                p11 = tl.load(carry_a_ptr + side * 4 + 3, mask=nmask, other=1.0)
+                p00, p01, p10, p11 = _ld4(carry_a_ptr + side * 4, 2, 1, nmask, 1.0, 0.0, 0.0, 1.0)
         elif HAS_H0:
-            h0 = tl.load(h0_ptr + bi * sh_b + n * sh_n, mask=nmask, other=0.0).to(tl.float32)
-            h1 = tl.load(h0_ptr + bi * sh_b + n * sh_n + sh_i, mask=nmask, other=0.0).to(tl.float32)
+            h0, h1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, nmask, 0.0, 0.0)
     pa = a_ptr + bi * sa_b + n * sa_n
     pb = b_ptr + bi * sb_b + n * sb_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + j
         m = nmask & (t < T)  # steps past T are identity steps
-        m00 = tl.load(pa + t * sa_t, mask=m, other=1.0).to(tl.float32)
-        m01 = tl.load(pa + t * sa_t + sa_j, mask=m, other=0.0).to(tl.float32)
-        m10 = tl.load(pa + t * sa_t + sa_i, mask=m, other=0.0).to(tl.float32)
-        m11 = tl.load(pa + t * sa_t + sa_i + sa_j, mask=m, other=1.0).to(tl.float32)
-        x0 = tl.load(pb + t * sb_t, mask=m, other=0.0).to(tl.float32)
-        x1 = tl.load(pb + t * sb_t + sb_i, mask=m, other=0.0).to(tl.float32)
+        m00, m01, m10, m11 = _ld4(pa + t * sa_t, sa_i, sa_j, m, 1.0, 0.0, 0.0, 1.0)
+        x0, x1 = _ld2(pb + t * sb_t, sb_i, m, 0.0, 0.0)
         h0, h1 = m00 * h0 + m01 * h1 + x0, m10 * h0 + m11 * h1 + x1
         if TRACK_A:
             p00, p01, p10, p11 = (m00 * p00 + m01 * p10, m00 * p01 + m01 * p11,
                                   m10 * p00 + m11 * p10, m10 * p01 + m11 * p11)
         if not SUMMARY:
             row = (bi * T + t) * N + n
-            tl.store(out_b_ptr + row * 2, h0.to(out_b_ptr.dtype.element_ty), mask=m)
-            tl.store(out_b_ptr + row * 2 + 1, h1.to(out_b_ptr.dtype.element_ty), mask=m)
+            _st2(out_b_ptr + row * 2, h0, h1, m)
             if TRACK_A:
-                ty = out_a_ptr.dtype.element_ty
-                tl.store(out_a_ptr + row * 4, p00.to(ty), mask=m)
-                tl.store(out_a_ptr + row * 4 + 1, p01.to(ty), mask=m)
-                tl.store(out_a_ptr + row * 4 + 2, p10.to(ty), mask=m)
-                tl.store(out_a_ptr + row * 4 + 3, p11.to(ty), mask=m)
+                _st4(out_a_ptr + row * 4, p00, p01, p10, p11, m)
     if SUMMARY:
-        tl.store(out_a_ptr + side * 4, p00, mask=nmask)
-        tl.store(out_a_ptr + side * 4 + 1, p01, mask=nmask)
-        tl.store(out_a_ptr + side * 4 + 2, p10, mask=nmask)
-        tl.store(out_a_ptr + side * 4 + 3, p11, mask=nmask)
-        tl.store(out_b_ptr + side * 2, h0, mask=nmask)
-        tl.store(out_b_ptr + side * 2 + 1, h1, mask=nmask)
+        _st4(out_a_ptr + side * 4, p00, p01, p10, p11, nmask)
+        _st2(out_b_ptr + side * 2, h0, h1, nmask)
 
 
 @triton.jit
@@ -238,31 +246,19 @@ def _bwd2_kernel(
     q00, q01, q10, q11 = zero, zero, zero, zero  # G^A
     p00, p01, p10, p11 = one, zero, zero, one  # product of the A^T (summary)
     if HAS_CARRY:
-        g0 = tl.load(carry_b_ptr + side * 2, mask=nmask, other=0.0)
-        g1 = tl.load(carry_b_ptr + side * 2 + 1, mask=nmask, other=0.0)
+        g0, g1 = _ld2(carry_b_ptr + side * 2, 1, nmask, 0.0, 0.0)
         if HAS_GA:
-            q00 = tl.load(carry_a_ptr + side * 4, mask=nmask, other=0.0)
-            q01 = tl.load(carry_a_ptr + side * 4 + 1, mask=nmask, other=0.0)
-            q10 = tl.load(carry_a_ptr + side * 4 + 2, mask=nmask, other=0.0)
-            q11 = tl.load(carry_a_ptr + side * 4 + 3, mask=nmask, other=0.0)
+            q00, q01, q10, q11 = _ld4(carry_a_ptr + side * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
     pa = a_ptr + bi * sa_b + n * sa_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time
         m = nmask & (t < T)
-        mc = m & (t + 1 < T)
-        m00 = tl.load(pa + (t + 1) * sa_t, mask=mc, other=0.0).to(tl.float32)
-        m01 = tl.load(pa + (t + 1) * sa_t + sa_j, mask=mc, other=0.0).to(tl.float32)
-        m10 = tl.load(pa + (t + 1) * sa_t + sa_i, mask=mc, other=0.0).to(tl.float32)
-        m11 = tl.load(pa + (t + 1) * sa_t + sa_i + sa_j, mask=mc, other=0.0).to(tl.float32)
+        m00, m01, m10, m11 = _ld4(pa + (t + 1) * sa_t, sa_i, sa_j, m & (t + 1 < T), 0.0, 0.0, 0.0, 0.0)
         row = (bi * T + t) * N + n
-        u0 = tl.load(gb_ptr + row * 2, mask=m, other=0.0).to(tl.float32)
-        u1 = tl.load(gb_ptr + row * 2 + 1, mask=m, other=0.0).to(tl.float32)
+        u0, u1 = _ld2(gb_ptr + row * 2, 1, m, 0.0, 0.0)
         g0, g1 = tl.where(m, m00 * g0 + m10 * g1 + u0, g0), tl.where(m, m01 * g0 + m11 * g1 + u1, g1)
         if HAS_GA:
-            v00 = tl.load(ga_ptr + row * 4, mask=m, other=0.0).to(tl.float32)
-            v01 = tl.load(ga_ptr + row * 4 + 1, mask=m, other=0.0).to(tl.float32)
-            v10 = tl.load(ga_ptr + row * 4 + 2, mask=m, other=0.0).to(tl.float32)
-            v11 = tl.load(ga_ptr + row * 4 + 3, mask=m, other=0.0).to(tl.float32)
+            v00, v01, v10, v11 = _ld4(ga_ptr + row * 4, 2, 1, m, 0.0, 0.0, 0.0, 0.0)
             q00, q01, q10, q11 = (tl.where(m, m00 * q00 + m10 * q10 + v00, q00),
                                   tl.where(m, m00 * q01 + m10 * q11 + v01, q01),
                                   tl.where(m, m01 * q00 + m11 * q10 + v10, q10),
@@ -272,50 +268,28 @@ def _bwd2_kernel(
                                   tl.where(m, m01 * p00 + m11 * p10, p10), tl.where(m, m01 * p01 + m11 * p11, p11))
         else:
             prev = m & (t > 0)
-            h0 = tl.load(outb_ptr + (row - N) * 2, mask=prev, other=0.0).to(tl.float32)
-            h1 = tl.load(outb_ptr + (row - N) * 2 + 1, mask=prev, other=0.0).to(tl.float32)
+            h0, h1 = _ld2(outb_ptr + (row - N) * 2, 1, prev, 0.0, 0.0)
             if HAS_H0:
-                first = m & (t == 0)
-                h0 += tl.load(h0_ptr + bi * sh_b + n * sh_n, mask=first, other=0.0).to(tl.float32)
-                h1 += tl.load(h0_ptr + bi * sh_b + n * sh_n + sh_i, mask=first, other=0.0).to(tl.float32)
+                i0, i1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, m & (t == 0), 0.0, 0.0)
+                h0, h1 = h0 + i0, h1 + i1
             d00, d01, d10, d11 = g0 * h0, g0 * h1, g1 * h0, g1 * h1
             if HAS_GA:  # + G^A Abar_{t-1}^T, Abar_{-1} = I
-                r00 = tl.load(outa_ptr + (row - N) * 4, mask=prev, other=1.0).to(tl.float32)
-                r01 = tl.load(outa_ptr + (row - N) * 4 + 1, mask=prev, other=0.0).to(tl.float32)
-                r10 = tl.load(outa_ptr + (row - N) * 4 + 2, mask=prev, other=0.0).to(tl.float32)
-                r11 = tl.load(outa_ptr + (row - N) * 4 + 3, mask=prev, other=1.0).to(tl.float32)
+                r00, r01, r10, r11 = _ld4(outa_ptr + (row - N) * 4, 2, 1, prev, 1.0, 0.0, 0.0, 1.0)
                 d00 += q00 * r00 + q01 * r01
                 d01 += q00 * r10 + q01 * r11
                 d10 += q10 * r00 + q11 * r01
                 d11 += q10 * r10 + q11 * r11
-            ty = da_ptr.dtype.element_ty
-            tl.store(da_ptr + row * 4, d00.to(ty), mask=m)
-            tl.store(da_ptr + row * 4 + 1, d01.to(ty), mask=m)
-            tl.store(da_ptr + row * 4 + 2, d10.to(ty), mask=m)
-            tl.store(da_ptr + row * 4 + 3, d11.to(ty), mask=m)
-            tl.store(db_ptr + row * 2, g0.to(db_ptr.dtype.element_ty), mask=m)
-            tl.store(db_ptr + row * 2 + 1, g1.to(db_ptr.dtype.element_ty), mask=m)
+            _st4(da_ptr + row * 4, d00, d01, d10, d11, m)
+            _st2(db_ptr + row * 2, g0, g1, m)
     if SUMMARY:
-        tl.store(sum_p_ptr + side * 4, p00, mask=nmask)
-        tl.store(sum_p_ptr + side * 4 + 1, p01, mask=nmask)
-        tl.store(sum_p_ptr + side * 4 + 2, p10, mask=nmask)
-        tl.store(sum_p_ptr + side * 4 + 3, p11, mask=nmask)
-        tl.store(carry_b_ptr + side * 2, g0, mask=nmask)
-        tl.store(carry_b_ptr + side * 2 + 1, g1, mask=nmask)
+        _st4(sum_p_ptr + side * 4, p00, p01, p10, p11, nmask)
+        _st2(carry_b_ptr + side * 2, g0, g1, nmask)
         if HAS_GA:
-            tl.store(carry_a_ptr + side * 4, q00, mask=nmask)
-            tl.store(carry_a_ptr + side * 4 + 1, q01, mask=nmask)
-            tl.store(carry_a_ptr + side * 4 + 2, q10, mask=nmask)
-            tl.store(carry_a_ptr + side * 4 + 3, q11, mask=nmask)
+            _st4(carry_a_ptr + side * 4, q00, q01, q10, q11, nmask)
     elif HAS_H0:
         if ci == 0:  # dL/dh_0 = A_0^T G^_0
-            a00 = tl.load(pa, mask=nmask, other=0.0).to(tl.float32)
-            a01 = tl.load(pa + sa_j, mask=nmask, other=0.0).to(tl.float32)
-            a10 = tl.load(pa + sa_i, mask=nmask, other=0.0).to(tl.float32)
-            a11 = tl.load(pa + sa_i + sa_j, mask=nmask, other=0.0).to(tl.float32)
-            ty = dh0_ptr.dtype.element_ty
-            tl.store(dh0_ptr + (bi * N + n) * 2, (a00 * g0 + a10 * g1).to(ty), mask=nmask)
-            tl.store(dh0_ptr + (bi * N + n) * 2 + 1, (a01 * g0 + a11 * g1).to(ty), mask=nmask)
+            a00, a01, a10, a11 = _ld4(pa, sa_i, sa_j, nmask, 0.0, 0.0, 0.0, 0.0)
+            _st2(dh0_ptr + (bi * N + n) * 2, a00 * g0 + a10 * g1, a01 * g0 + a11 * g1, nmask)
 
 
 # Launch knobs of the block kernels on the GPU (scripts/tune_scans.py sweeps them):

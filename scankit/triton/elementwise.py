@@ -36,6 +36,72 @@ def _last_row(x, BLOCK_T: tl.constexpr):
 
 
 @triton.jit
+def _initial_state(b_ptr, h0_ptr, bi, d, mask, sb_b, sb_d, sh_b, sh_d, LOG: tl.constexpr, HAS_H0: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    """h_0 of these columns: exp(log_values[:, 0]) for the log op, else h0 or zeros."""
+    if LOG:
+        h = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=mask, other=float("-inf")).to(tl.float32))
+    elif HAS_H0:
+        h = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=mask, other=0.0).to(tl.float32)
+    else:
+        h = tl.zeros((BLOCK_D,), tl.float32)
+    return h
+
+
+@triton.jit
+def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr):
+    """A tile's coefficients and inputs (a, b) in fp32 (log op: exps, b_t from slot t + 1)."""
+    a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+    if LOG:
+        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
+        a = tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
+        b = tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
+    else:
+        b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
+        a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
+        b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+    return a, b
+
+
+@triton.jit
+def _load_next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, LOG: tl.constexpr):
+    """a_{t+1} per row of a backward tile (0 past T; 1 on rows past T, the scan's identity)."""
+    nxt = (rows + 1 < T)[:, None] & mask
+    c_off = bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d
+    if LOG:
+        c = tl.exp(tl.load(a_ptr + c_off, mask=nxt, other=float("-inf")).to(tl.float32))
+    else:
+        c = tl.load(a_ptr + c_off, mask=nxt, other=0.0).to(tl.float32)
+    return tl.where(valid[:, None], c, 1.0)
+
+
+@triton.jit
+def _store_grads(a_ptr, b_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, da, D,
+                 sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr):
+    """Store a backward tile's da and db (log op: chained through the exps, db into slot t + 1)."""
+    if LOG:  # d/dlog a = a * d/da ; d/dlog b = b * d/db (b = exp(log_values[t + 1]))
+        a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+        da *= tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
+        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
+        db = ghat * tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
+        tl.store(db_ptr + off + bi * D + D, db.to(db_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
+    tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _store_dh0(a_ptr, db_ptr, dh0_ptr, bi, d, dmask, g0, h0, T, D, sa_b, sa_d,
+               LOG: tl.constexpr, HAS_H0: tl.constexpr):
+    """dL/dh_0 = a_0 g^_0 (log op: times h_0, into log_values[:, 0])."""
+    a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+    if LOG:
+        tl.store(db_ptr + bi * (T + 1) * D + d, (tl.exp(a0) * g0 * h0).to(db_ptr.dtype.element_ty), mask=dmask)
+    elif HAS_H0:
+        tl.store(dh0_ptr + bi * D + d, (a0 * g0).to(dh0_ptr.dtype.element_ty), mask=dmask)
+
+
+@triton.jit
 def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_h_ptr, out_a_ptr, out_h_ptr,
     T, D, NC, CHUNK,
@@ -58,24 +124,14 @@ def _fwd_kernel(
             h = tl.load(carry_h_ptr + side, mask=dmask, other=0.0)
             if WRITE_A:
                 prod = tl.load(carry_a_ptr + side, mask=dmask, other=1.0)
-        elif LOG:
-            h = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32))
-        elif HAS_H0:
-            h = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=dmask, other=0.0).to(tl.float32)
+        else:
+            h = _initial_state(b_ptr, h0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0, BLOCK_D)
 
     out_base = bi * T * D + d[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
-        if LOG:  # b_t sits in slot t + 1 of log_values
-            b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
-            a = tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
-            b = tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
-        else:
-            b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
-            a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
-            b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
@@ -171,25 +227,10 @@ def _fwd_lookback_kernel(
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
-    a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
-    if LOG:  # b_t sits in slot t + 1 of log_values
-        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
-        a = tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
-        b = tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
-    else:
-        b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
-        a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
-        b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+    a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
-
-    first = dmask & (ti == 0)
-    if LOG:
-        init_h = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=first, other=float("-inf")).to(tl.float32))
-    elif HAS_H0:
-        init_h = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=first, other=0.0).to(tl.float32)
-    else:
-        init_h = tl.zeros((BLOCK_D,), tl.float32)
+    init_h = _initial_state(b_ptr, h0_ptr, bi, d, dmask & (ti == 0), sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0, BLOCK_D)
     words = status_ptr + 1
     carry_a, carry_h = _carry_in(words, words + STRIDE_T * tl.cdiv(T, BLOCK_T), ti, STRIDE_T, bi * D + d, dmask,
                                  tot_a, tot_h, init_h, BLOCK_D, WINDOW, PREFIX_EVERY)
@@ -223,25 +264,14 @@ def _bwd_kernel(
         g = tl.load(carry_h_ptr + side, mask=dmask, other=0.0)
         if HAS_GA:
             ga = tl.load(carry_a_ptr + side, mask=dmask, other=0.0)
-    if LOG:
-        h0 = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32))
-    elif HAS_H0:
-        h0 = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=dmask, other=0.0).to(tl.float32)
-    else:
-        h0 = tl.zeros((BLOCK_D,), tl.float32)
+    h0 = _initial_state(b_ptr, h0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0, BLOCK_D)
 
     base = bi * T * D + d[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
-        nxt = (rows + 1 < T)[:, None] & mask
-        c_off = bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d
-        if LOG:
-            c = tl.exp(tl.load(a_ptr + c_off, mask=nxt, other=float("-inf")).to(tl.float32))
-        else:
-            c = tl.load(a_ptr + c_off, mask=nxt, other=0.0).to(tl.float32)
-        c = tl.where(valid[:, None], c, 1.0)
+        c = _load_next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, LOG)
         off = base + rows[:, None] * D
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
@@ -262,26 +292,15 @@ def _bwd_kernel(
             if HAS_GA:
                 aprev = tl.load(aout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=1.0).to(tl.float32)
                 da += gahat * tl.where(first[:, None], 1.0, aprev)
-            a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
-            if LOG:  # d/dlog a = a * d/da ; d/dlog b = b * d/db (b = exp(log_values[t + 1]))
-                da *= tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
-                b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
-                db = ghat * tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
-                tl.store(db_ptr + off + bi * D + D, db.to(db_ptr.dtype.element_ty), mask=mask)
-            else:
-                tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
-            tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
+            _store_grads(a_ptr, b_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, da, D,
+                         sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
     if SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_h_ptr + side, g, mask=dmask)
         if HAS_GA:
             tl.store(carry_a_ptr + side, ga, mask=dmask)
-    elif ci == 0:  # dL/dh_0 = a_1 g^_1 (log op: times h_0, into log_values[:, 0])
-        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-        if LOG:
-            tl.store(db_ptr + bi * (T + 1) * D + d, (tl.exp(a0) * g * h0).to(db_ptr.dtype.element_ty), mask=dmask)
-        elif HAS_H0:
-            tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=dmask)
+    elif ci == 0:
+        _store_dh0(a_ptr, db_ptr, dh0_ptr, bi, d, dmask, g, h0, T, D, sa_b, sa_d, LOG, HAS_H0)
 
 
 @triton.jit
@@ -303,13 +322,7 @@ def _bwd_lookback_kernel(
     rows = (n_tiles - tr) * BLOCK_T - 1 - tl.arange(0, BLOCK_T)  # descending time
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
-    nxt = (rows + 1 < T)[:, None] & mask
-    c_off = bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d
-    if LOG:
-        cf = tl.exp(tl.load(a_ptr + c_off, mask=nxt, other=float("-inf")).to(tl.float32))
-    else:
-        cf = tl.load(a_ptr + c_off, mask=nxt, other=0.0).to(tl.float32)
-    cf = tl.where(valid[:, None], cf, 1.0)
+    cf = _load_next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, LOG)
     off = bi * T * D + rows[:, None] * D + d[None, :]
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
@@ -323,13 +336,8 @@ def _bwd_lookback_kernel(
     ghat = c_run * g[None, :] + u_run
     first = rows == 0
     prev = tl.load(hout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=0.0).to(tl.float32)
-    if LOG:
-        h0 = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask & (tr == n_tiles - 1),
-                            other=float("-inf")).to(tl.float32))
-    elif HAS_H0:
-        h0 = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=dmask & (tr == n_tiles - 1), other=0.0).to(tl.float32)
-    else:
-        h0 = zero
+    h0 = _initial_state(b_ptr, h0_ptr, bi, d, dmask & (tr == n_tiles - 1), sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0,
+                        BLOCK_D)
     da = ghat * tl.where(first[:, None], h0[None, :], prev)
     if HAS_GA:
         ua = tl.load(ga_ptr + off, mask=mask, other=0.0).to(tl.float32)
@@ -338,22 +346,10 @@ def _bwd_lookback_kernel(
                           _last_row(ua_run, BLOCK_T), zero, BLOCK_D, WINDOW, PREFIX_EVERY)
         aprev = tl.load(aout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=1.0).to(tl.float32)
         da += (c_run * ga[None, :] + ua_run) * tl.where(first[:, None], 1.0, aprev)
-    a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
-    if LOG:  # d/dlog a = a * d/da ; d/dlog b = b * d/db (b = exp(log_values[t + 1]))
-        da *= tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
-        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
-        db = ghat * tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
-        tl.store(db_ptr + off + bi * D + D, db.to(db_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
-    tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
-    if tr == n_tiles - 1:  # dL/dh_0 = a_1 g^_1 (log op: times h_0, into log_values[:, 0])
-        g0 = _last_row(ghat, BLOCK_T)
-        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-        if LOG:
-            tl.store(db_ptr + bi * (T + 1) * D + d, (tl.exp(a0) * g0 * h0).to(db_ptr.dtype.element_ty), mask=dmask)
-        elif HAS_H0:
-            tl.store(dh0_ptr + bi * D + d, (a0 * g0).to(dh0_ptr.dtype.element_ty), mask=dmask)
+    _store_grads(a_ptr, b_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, da, D,
+                 sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
+    if tr == n_tiles - 1:  # the tile holding t = 0
+        _store_dh0(a_ptr, db_ptr, dh0_ptr, bi, d, dmask, _last_row(ghat, BLOCK_T), h0, T, D, sa_b, sa_d, LOG, HAS_H0)
 
 
 def _strides3(x):
