@@ -140,3 +140,25 @@ def test_rerun_of_the_same_commit_from_another_results_dir(results, tmp_path):
     assert TIME in out.stdout and "1 regressions" in out.stdout
     same = gate("--base", commit, "--head", commit, "--results-dir", str(results_dir))
     assert same.returncode == 0 and "0 changed" in same.stdout, same.stdout
+
+
+def test_noise_dir_widens_only_the_cells_that_a_rerun_moved(results, tmp_path):
+    """--noise-dir: a rerun that read one cell 1.4x apart lets that cell move 1.4 x 1.1
+    without failing; another cell's 1.3x slowdown still fails."""
+    results_dir, base_file, base = results
+    noise = tmp_path / "noise"
+    shutil.copytree(results_dir, noise)
+    for path in (noise / "h200").glob("*.json"):
+        if path.name not in ("machine.json", base_file.name):
+            path.unlink()
+    rerun = copy.deepcopy(base)
+    set_result(rerun, TIME, 0, factor=1.4)
+    (noise / "h200" / base_file.name).write_text(json.dumps(rerun))
+
+    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 0, factor=1.5))
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir), "--noise-dir", str(noise))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "inside the rerun spread 1.40x" in out.stdout
+    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 1, factor=1.3))
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir), "--noise-dir", str(noise))
+    assert out.returncode == 1 and TIME in out.stdout, out.stdout + out.stderr

@@ -28,8 +28,23 @@ def _ci(run, name):
     return {k: (lo[k], hi.get(k)) for k in lo if lo[k] is not None and hi.get(k) is not None}
 
 
-def compare(base: dict, head: dict, known: dict, factor: float) -> list[dict]:
-    """Every change beyond ``factor`` between two runs, each with ``regression`` True/False."""
+def rerun_spread(first: dict, rerun: dict) -> dict:
+    """{(benchmark, params): max(r, 1/r)} of r = rerun / first: how far two runs of one
+    commit read apart, per cell (the run-to-run noise of that cell)."""
+    spread = {}
+    for name in set(first["results"]) & set(rerun["results"]):
+        a, b = values(first, name), values(rerun, name)
+        for params in set(a) & set(b):
+            if a[params] and b[params] and a[params] > 0 and b[params] > 0:
+                r = b[params] / a[params]
+                spread[name, params] = max(r, 1 / r)
+    return spread
+
+
+def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | None = None) -> list[dict]:
+    """Every change beyond ``factor`` between two runs, each with ``regression`` True/False.
+    ``spread`` (``rerun_spread``): a cell whose two runs of one commit read s apart counts
+    only beyond s x factor, and a slowdown within it is marked as inside the rerun spread."""
     changes = []
     for name in sorted(set(base["results"]) | set(head["results"])):
         if name not in known:
@@ -63,11 +78,13 @@ def compare(base: dict, head: dict, known: dict, factor: float) -> list[dict]:
             ratio = new / old
             noise = params in b_ci and params in h_ci and b_ci[params][1] >= h_ci[params][0] \
                 and h_ci[params][1] >= b_ci[params][0]
+            rerun = (spread or {}).get((name, params), 1.0)
             grows = "slower" if row["unit"] == "seconds" else "larger"
             shrinks = "faster" if row["unit"] == "seconds" else "smaller"
             if ratio > factor:
-                changes.append(dict(row, ratio=ratio, change=f"{grows} (inside the noise)" if noise else grows,
-                                    regression=not noise))
+                within = ratio <= rerun * factor
+                why = " (inside the noise)" if noise else f" (inside the rerun spread {rerun:.2f}x)" if within else ""
+                changes.append(dict(row, ratio=ratio, change=grows + why, regression=not (noise or within)))
             elif ratio < 1 / factor:
                 changes.append(dict(row, ratio=ratio, change=shrinks, regression=False))
     return changes
@@ -101,6 +118,8 @@ def main(argv=None) -> int:
     parser.add_argument("--results-dir", default=str(ROOT / "experiments" / "asv" / "results"))
     parser.add_argument("--head-results-dir", help="take the head run from this results dir instead (a rerun "
                         "of the same commit kept apart: the gate then measures the run-to-run noise)")
+    parser.add_argument("--noise-dir", help="a results dir holding a rerun of a commit that --results-dir also holds "
+                        "(experiments/asv/reruns/...): each cell's factor widens by how far those two runs read apart")
     parser.add_argument("--machine", help="asv machine name (needed when the results hold several)")
     try:
         args = parser.parse_args(argv)
@@ -115,10 +134,15 @@ def main(argv=None) -> int:
         _, base = load_run(results, machine, args.base)
         _, head = load_run(Path(args.head_results_dir) if args.head_results_dir else results, machine, args.head)
         known = benchmarks(results)
+        spread = None
+        if args.noise_dir:
+            _, rerun = load_run(Path(args.noise_dir), machine)
+            _, first = load_run(results, machine, rerun["commit_hash"])
+            spread = rerun_spread(first, rerun)
     except ResultsError as exc:
         print(f"check_regressions: {exc}", file=sys.stderr)
         return 2
-    changes = compare(base, head, known, args.factor)
+    changes = compare(base, head, known, args.factor, spread)
     regressions = [c for c in changes if c["regression"]]
     print(f"{machine}: {base['commit_hash'][:12]} -> {head['commit_hash'][:12]}, factor {args.factor}: "
           f"{len(changes)} changed, {len(regressions)} regressions\n")
