@@ -1,8 +1,12 @@
 """Artifact templates render every field and write deterministically."""
 import json
+from pathlib import Path
+
+import pytest
 
 from scankit.bench import report
 
+ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(torch="2.x", triton="3.x", device="GPU", driver="1", commit="abc", time="2026-01-01T00:00:00Z")
 
 
@@ -82,3 +86,21 @@ def test_roofline_plot_is_deterministic(tmp_path):
     roofline.plot(payload, tmp_path / "b.png")
     data = (tmp_path / "a.png").read_bytes()
     assert data.startswith(b"\x89PNG") and data == (tmp_path / "b.png").read_bytes()
+
+
+def test_tried_figures_come_from_the_committed_tune_logs(monkeypatch, tmp_path):
+    """Every TRIED entry names a record that the committed H200 tune logs hold; one that is
+    not there is an error, not a silent gap; the figures reach the roofline markdown."""
+    from scankit.bench import roofline
+
+    figures = roofline.tried_figures(ROOT / "experiments" / "logs")
+    assert set(figures) <= set(roofline.TARGET_STATUS)
+    assert all(t["us"] > 0 and (t["base_us"] is None or t["base_us"] > 0) for ts in figures.values() for t in ts)
+    target = "elementwise fwd at the roofline"  # unmet in the synthetic inputs (50% of copy)
+    monkeypatch.setitem(roofline.TRIED, target, [("nothing", 13, dict(section="no such section"), None)])
+    with pytest.raises(LookupError, match="no such section"):
+        roofline.tried_figures(ROOT / "experiments" / "logs")
+    tried = {target: [dict(what="a trial", run=99, log="x.json", us=2.0, base_us=4.0)]}
+    payload = roofline.payload(ENV, *_roofline_inputs(), tried=tried)
+    md = report.write("scan_roofline", payload, tmp_path)[1].read_text()
+    assert "  - a trial: 2.0 us against 4.0 us (0.50×) (run 99, `x.json`)" in md

@@ -122,7 +122,7 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     if roofline is not None and copy_bw is not None:
         from scankit.bench import roofline as rl
 
-        roof = rl.payload(env, bench, *roofline)
+        roof = rl.payload(env, bench, *roofline, tried=rl.tried_figures(ROOT / "experiments" / "logs"))
         paths += report.write("scan_roofline", roof, out_dir)
         rl.plot(roof, out_dir / "scan_roofline.png")
         paths.append(out_dir / "scan_roofline.png")

@@ -72,9 +72,107 @@ TARGET_STATUS = {
 }
 
 
-def payload(env: dict, bench: dict, peers: dict, scaling: dict) -> dict:
+
+def _lb(**kw):
+    return dict(section="lookback", **kw)
+
+
+# What was tried for each unmet target, with its figures read from the committed H200 tune
+# logs (experiments/logs/2026-11-30-h200-tune-scans-run<N>.json, written by
+# scripts/tune_scans.py): (what, run, the trial's record, the baseline's record in the same
+# run or None). A record is the first one whose fields equal the given ones.
+_STATE_VLONG = dict(op="linear_scan_state", shape="vlong")
+TRIED = {
+    "elementwise fwd at the roofline": [
+        ("log kernel, 3-stage pipelined tile loop, log fwd at large, against Triton's default", 7,
+         dict(section="elementwise", stages=3, per_sm=4, op="parallel_scan_log", shape="large", direction="fwd"),
+         dict(section="elementwise", stages=None, per_sm=4, op="parallel_scan_log", shape="large", direction="fwd")),
+        ("look-back kernel, (64, 32, 4) tiles, state fwd at large, against the walking kernel", 13,
+         _lb(mode="always", tile=None, window=16, op="linear_scan_state", shape="large", direction="fwd"),
+         _lb(mode="off", op="linear_scan_state", shape="large", direction="fwd")),
+        ("look-back kernel, (128, 32, 4) tiles, state fwd at vlong, against the chunked passes", 13,
+         _lb(mode="always", tile=[128, 32, 4], direction="fwd", **_STATE_VLONG),
+         _lb(mode="off", direction="fwd", **_STATE_VLONG)),
+        ("16 programs per SM once chunked, log fwd at vlong, against 4", 14,
+         _lb(config="lb-linear-128+ch0/16", op="parallel_scan_log", shape="vlong", direction="fwd"),
+         _lb(config="run11", op="parallel_scan_log", shape="vlong", direction="fwd")),
+    ],
+    "elementwise fwd+bwd at the roofline": [
+        ("look-back fwd and bwd with 16 programs per SM once chunked, state fwd+bwd at vlong", 14,
+         _lb(config="lb-linear-128+ch0/16", direction="fwdbwd", **_STATE_VLONG),
+         _lb(config="run11", direction="fwdbwd", **_STATE_VLONG)),
+    ],
+    "matrix_scan fwd": [
+        ("2x2 tile scan of the six components, best tile (16, 32, 2 warps), large fwd", 10,
+         dict(section="matrix2", block_t=16, block_n=32, warps=2, stages=None, shape="large", direction="fwd"), None),
+        ("sequential one-lane 2x2 forward (64 lanes, 2 warps), large fwd, against the generic kernel", 13,
+         dict(section="matrix2", point=[64, 2, 16, None], shape="large", direction="fwd"),
+         dict(section="matrix2", point=None, shape="large", direction="fwd")),
+        ("2x2 forward and backward (32 lanes, 1 warp), large fwd+bwd, against the generic kernels", 15,
+         dict(section="matrix2", point=[32, 1, 32, None], shape="large", direction="fwdbwd"),
+         dict(section="matrix2", point=None, shape="large", direction="fwdbwd")),
+        ("the same at vlong fwd", 15,
+         dict(section="matrix2", point=[32, 1, 32, None], shape="vlong", direction="fwd"),
+         dict(section="matrix2", point=None, shape="vlong", direction="fwd")),
+    ],
+    "matrix_affine_scan (k=8) fwd": [
+        ("one block per program (512-element product), 2 warps, against 2048 and 4 warps, large fwd", 7,
+         dict(section="affine", per_sm=4, min_chunk=32, product_elems=512, warps=2, op="matrix_affine_scan",
+              shape="large", direction="fwd"),
+         dict(section="affine", per_sm=4, min_chunk=32, product_elems=2048, warps=4, op="matrix_affine_scan",
+              shape="large", direction="fwd")),
+        ("32 programs per SM against 4, large fwd", 7,
+         dict(section="affine", per_sm=32, min_chunk=32, product_elems=512, warps=2, op="matrix_affine_scan",
+              shape="large", direction="fwd"),
+         dict(section="affine", per_sm=4, min_chunk=32, product_elems=512, warps=2, op="matrix_affine_scan",
+              shape="large", direction="fwd")),
+    ],
+    "vs torch.compile of the eager reference": [
+        ("two launches (look-back) instead of the chunked path's five, state fwd at lab", 14,
+         _lb(config="lb-linear-128+ch0/16", op="linear_scan_state", shape="lab", direction="fwd"),
+         _lb(config="run11", op="linear_scan_state", shape="lab", direction="fwd")),
+    ],
+    "small shapes fwd+bwd vs eager": [
+        ("two launches (look-back) instead of the chunked path's five, state fwd+bwd at lab", 14,
+         _lb(config="lb-linear-128+ch0/16", op="linear_scan_state", shape="lab", direction="fwdbwd"),
+         _lb(config="run11", op="linear_scan_state", shape="lab", direction="fwdbwd")),
+    ],
+    SCALING_TARGET: [
+        ("look-back kernel, (128, 32, 4) tiles, state fwd at B = 1, T = 2^20, against the chunked passes", 13,
+         _lb(mode="always", tile=[128, 32, 4], op="linear_scan_state", shape="{'B': 1, 'T': 1048576, 'D': 1024}"),
+         _lb(mode="off", op="linear_scan_state", shape="{'B': 1, 'T': 1048576, 'D': 1024}")),
+    ],
+}
+TUNE_LOG = "2026-11-30-h200-tune-scans-run{}.json"
+
+
+def tried_figures(logs_dir) -> dict:
+    """{target: [dict(what, run, log, us, base_us)]} of TRIED, read from the tune logs in
+    ``logs_dir``; raises LookupError naming a record that is not there."""
+    import json
+    from pathlib import Path
+
+    out, cache = {}, {}
+    for target, items in TRIED.items():
+        for what, run, trial, base in items:
+            name = TUNE_LOG.format(run)
+            if name not in cache:
+                cache[name] = json.loads((Path(logs_dir) / name).read_text())
+            figures = []
+            for want in (trial, base):
+                if want is None:
+                    figures.append(None)
+                    continue
+                rec = next((r for r in cache[name] if all(r.get(k, "absent") == v for k, v in want.items())), None)
+                if rec is None:
+                    raise LookupError(f"{name}: no record with {want}")
+                figures.append(rec["us"])
+            out.setdefault(target, []).append(dict(what=what, run=run, log=name, us=figures[0], base_us=figures[1]))
+    return out
+
+def payload(env: dict, bench: dict, peers: dict, scaling: dict, tried: dict | None = None) -> dict:
     """bench: report.bench_payload output; peers: {(shape, peer, direction): seconds};
-    scaling: {(op, log2_T): seconds}."""
+    scaling: {(op, log2_T): seconds}; tried: ``tried_figures`` output."""
     bw = bench["copy_bw"]
     rows = []
     for r in bench["rows"]:
@@ -95,7 +193,8 @@ def payload(env: dict, bench: dict, peers: dict, scaling: dict) -> dict:
     unmet = list(dict.fromkeys(t["target"] for t in targets if not t["met"]))
     return dict(env=env, copy_bw=bw, rows=rows, peers=list(grid.PEERS), scaling=scale_rows, scaling_ref=ref,
                 targets=targets, tolerance=SCALING_TOLERANCE,
-                status=[dict(target=name, text=TARGET_STATUS[name]) for name in unmet])
+                status=[dict(target=name, text=TARGET_STATUS[name], tried=(tried or {}).get(name, []))
+                        for name in unmet])
 
 
 def _scaling(bench, scaling):
