@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections lookback timing matrix2 chunking affine elementwise peers scaling host] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections lookback swing timing matrix2 chunking affine elementwise peers scaling host] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -231,6 +231,27 @@ def scaling_sweep(budget, log):
                  ns_per_elem=1e9 * s / (grid.SCALING_B * 2 ** log2t * grid.SCALING_D)))
 
 
+def _one_process_cells(cells):
+    """Median us of (op, shape, direction) cells, in this (fresh) process."""
+    out = []
+    for op, shape, direction in cells:
+        out.append(timed(op, shape, direction))
+    return out
+
+
+def swing(budget, log):
+    """Run-to-run swing: the same cells timed in several fresh processes, one after the other
+    (runs 16-17 read the 2x2 matrix_scan fwd at `large` 1.54x apart; tune runs 374-573 us)."""
+    cells = [("matrix_scan", "large", "fwd"), ("matrix_scan", "vlong", "fwd"), ("matrix_scan", "large", "fwdbwd"),
+             ("linear_scan_state", "large", "fwd"), ("linear_scan_state", "lab", "fwdbwd")]
+    for i in range(6):
+        if time.time() - START > budget:
+            return
+        with suite.IsolatedWorker() as worker:
+            for (op, shape, direction), us in zip(cells, worker(_one_process_cells, cells)):
+                log(dict(section="swing", process=i, op=op, shape=shape, direction=direction, us=us))
+
+
 def host_profile(budget, log):
     """Where the host time of one small fwd+bwd goes (cProfile), and its GPU launches."""
     for op in grid.OP_NAMES:
@@ -260,7 +281,7 @@ def host_profile(budget, log):
         log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
 
 
-SECTIONS = dict(lookback=lookback_sweep, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep)
 
 
