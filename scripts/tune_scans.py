@@ -176,9 +176,8 @@ def lookback_sweep(budget, log):
     scaling = [(op, dict(B=1, T=2 ** k, D=1024), "fwd") for op in ("linear_scan_state", "parallel_scan_log")
                for k in (10, 13, 16, 20)]
     reference = {}
-    with knobs(common.LOOKBACK, common.CHUNKING):
-        for name, (lookback, chunking) in ELEMENTWISE_CONFIGS.items():
-            saved = dict(common.LOOKBACK), dict(common.CHUNKING)
+    for name, (lookback, chunking) in ELEMENTWISE_CONFIGS.items():
+        with knobs(common.LOOKBACK, common.CHUNKING):
             common.LOOKBACK.update(lookback)
             common.CHUNKING.update(chunking)
             for op, shape, direction in cells + scaling:
@@ -187,8 +186,6 @@ def lookback_sweep(budget, log):
                 us, err = _checked_us(op, shape, direction, reference, (op, str(shape), direction))
                 log(dict(section="lookback", config=name, op=op, shape=str(shape), direction=direction, us=us,
                          tbps=_moved(op, shape, direction) / us / 1e6, rel_err=err))
-            common.LOOKBACK.update(saved[0])
-            common.CHUNKING.update(saved[1])
 
 
 def _flat(out):

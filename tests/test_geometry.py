@@ -28,3 +28,13 @@ def test_short_walks_are_not_chunked(monkeypatch):
     monkeypatch.setattr(common, "CHUNKING", {"min_tiles": 6, "programs_per_sm": None})
     assert common.num_chunks(1, 40, 8, CPU) == 1      # 5 tiles < 6: one pass, fewer launches
     assert common.num_chunks(1, 48, 8, CPU) == 3      # 6 tiles: chunked as before
+
+
+def test_a_kernels_own_programs_per_sm_aim(monkeypatch):
+    """``per_sm`` (the 2x2 kernels' aim) replaces the family's and CHUNKING's on the GPU."""
+    monkeypatch.setattr(common, "CHUNKING", {"min_tiles": 0, "programs_per_sm": None})
+    monkeypatch.setattr(common, "_sm_count", lambda index: 10)
+    gpu = torch.device("cuda", 0)
+    assert common.num_chunks(40, 4096, 16, gpu, family="affine") == 1               # 40 >= 4 x 10
+    assert common.num_chunks(40, 4096, 16, gpu, family="affine", per_sm=32) == 8    # 320 / 40
+    assert common.num_chunks(40, 64, 16, gpu, family="affine", per_sm=32) == 2      # chunks >= 32 long

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from .common import cdiv, next_pow2, num_chunks, on_gpu, prefix_scan_op, target_programs
+from .common import cdiv, next_pow2, num_chunks, on_gpu, prefix_scan_op
 
 
 @triton.jit
@@ -112,6 +112,12 @@ def _st4(p, x00, x01, x10, x11, mask):
 
 
 @triton.jit
+def _mm2(a00, a01, a10, a11, x00, x01, x10, x11):
+    """A X for 2x2 blocks held per lane (pass A's entries transposed for A^T X)."""
+    return a00 * x00 + a01 * x10, a00 * x01 + a01 * x11, a10 * x00 + a11 * x10, a10 * x01 + a11 * x11
+
+
+@triton.jit
 def _fwd2_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
     T, N, NC, CHUNK,
@@ -148,8 +154,7 @@ def _fwd2_kernel(
         x0, x1 = _ld2(pb + t * sb_t, sb_i, m, 0.0, 0.0)
         h0, h1 = m00 * h0 + m01 * h1 + x0, m10 * h0 + m11 * h1 + x1
         if TRACK_A:
-            p00, p01, p10, p11 = (m00 * p00 + m01 * p10, m00 * p01 + m01 * p11,
-                                  m10 * p00 + m11 * p10, m10 * p01 + m11 * p11)
+            p00, p01, p10, p11 = _mm2(m00, m01, m10, m11, p00, p01, p10, p11)
         if not SUMMARY:
             row = (bi * T + t) * N + n
             _st2(out_b_ptr + row * 2, h0, h1, m)
@@ -259,13 +264,13 @@ def _bwd2_kernel(
         g0, g1 = tl.where(m, m00 * g0 + m10 * g1 + u0, g0), tl.where(m, m01 * g0 + m11 * g1 + u1, g1)
         if HAS_GA:
             v00, v01, v10, v11 = _ld4(ga_ptr + row * 4, 2, 1, m, 0.0, 0.0, 0.0, 0.0)
-            q00, q01, q10, q11 = (tl.where(m, m00 * q00 + m10 * q10 + v00, q00),
-                                  tl.where(m, m00 * q01 + m10 * q11 + v01, q01),
-                                  tl.where(m, m01 * q00 + m11 * q10 + v10, q10),
-                                  tl.where(m, m01 * q01 + m11 * q11 + v11, q11))
+            n00, n01, n10, n11 = _mm2(m00, m10, m01, m11, q00, q01, q10, q11)  # A^T G^A
+            q00, q01 = tl.where(m, n00 + v00, q00), tl.where(m, n01 + v01, q01)
+            q10, q11 = tl.where(m, n10 + v10, q10), tl.where(m, n11 + v11, q11)
         if SUMMARY:
-            p00, p01, p10, p11 = (tl.where(m, m00 * p00 + m10 * p10, p00), tl.where(m, m00 * p01 + m10 * p11, p01),
-                                  tl.where(m, m01 * p00 + m11 * p10, p10), tl.where(m, m01 * p01 + m11 * p11, p11))
+            n00, n01, n10, n11 = _mm2(m00, m10, m01, m11, p00, p01, p10, p11)
+            p00, p01 = tl.where(m, n00, p00), tl.where(m, n01, p01)
+            p10, p11 = tl.where(m, n10, p10), tl.where(m, n11, p11)
         else:
             prev = m & (t > 0)
             h0, h1 = _ld2(outb_ptr + (row - N) * 2, 1, prev, 0.0, 0.0)
@@ -312,9 +317,13 @@ def _geometry(A, V):
     B, T, N, K, _ = A.shape
     bn = _block_lanes(N, K, V)
     min_chunk = TUNING["min_chunk"] if on_gpu(A.device) else 4
-    nc = num_chunks(B * cdiv(N, bn), T, min_chunk, A.device, family="affine")
+    return (bn, *_split(T, num_chunks(B * cdiv(N, bn), T, min_chunk, A.device, family="affine")))
+
+
+def _split(T: int, nc: int) -> tuple[int, int]:
+    """(chunks, chunk length) of T cut into at most ``nc`` equal chunks."""
     chunk = cdiv(T, nc)
-    return bn, cdiv(T, chunk), chunk
+    return cdiv(T, chunk), chunk
 
 
 def _s(x, dims=5):
@@ -339,16 +348,19 @@ def _two_by_two(A, V: int) -> bool:
 
 
 def _geometry_2x2(A, chunked: bool):
+    """(lanes per program, chunks, chunk length) of the 2x2 kernels."""
     B, T, N = A.shape[:3]
     gpu = on_gpu(A.device)
     bn = TWO_BY_TWO["block_n"] if gpu else 16
-    nc = 1
-    if chunked:
-        programs = B * cdiv(N, bn)
-        want = cdiv(target_programs(A.device, "affine", TWO_BY_TWO["per_sm"]), programs)
-        nc = max(1, min(want, cdiv(T, 2 * (TWO_BY_TWO["min_chunk"] if gpu else 4))))
-    chunk = cdiv(T, nc)
-    return bn, cdiv(T, chunk), chunk
+    nc = num_chunks(B * cdiv(N, bn), T, TWO_BY_TWO["min_chunk"] if gpu else 4, A.device, family="affine",
+                    per_sm=TWO_BY_TWO["per_sm"]) if chunked else 1
+    return (bn, *_split(T, nc))
+
+
+def _knobs_2x2(device) -> dict:
+    """Launch options of the 2x2 kernels (Triton's defaults in the interpreter)."""
+    gpu = on_gpu(device)
+    return dict(STAGES=TWO_BY_TWO["stages"] if gpu else None, num_warps=TWO_BY_TWO["num_warps"] if gpu else 1)
 
 
 def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary):
@@ -357,11 +369,9 @@ def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track
     grid = (B * nc, cdiv(N, bn))
     flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary)
     if two:
-        gpu = on_gpu(A.device)
         wrap_triton(_fwd2_kernel)[grid](
             A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3],
-            BLOCK_N=bn, STAGES=TWO_BY_TWO["stages"] if gpu else None,
-            num_warps=TWO_BY_TWO["num_warps"] if gpu else 1, **flags)
+            BLOCK_N=bn, **_knobs_2x2(A.device), **flags)
     else:
         wrap_triton(_fwd_kernel)[grid](
             A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
@@ -408,10 +418,8 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     dh0 = torch.empty((B, N, K, V), device=A.device, dtype=A.dtype) if h0 is not None else None
     grid = (B * nc, cdiv(N, bn))
     if two:
-        gpu = on_gpu(A.device)
         kernel = _bwd2_kernel
-        consts = dict(BLOCK_N=bn, STAGES=TWO_BY_TWO["stages"] if gpu else None,
-                      num_warps=TWO_BY_TWO["num_warps"] if gpu else 1)
+        consts = dict(BLOCK_N=bn, **_knobs_2x2(A.device))
     else:
         kernel = _bwd_kernel
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))

@@ -74,12 +74,14 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
     return ELEMENTWISE_TILES["log" if log else "linear"] if on_gpu(device) else (16, 32, 1)
 
 
-def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, family: str = "elementwise") -> int:
+def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, family: str = "elementwise",
+               per_sm: Optional[int] = None) -> int:
     """How many T-chunks so that programs x chunks fills the device (chunks >= 2 x min_chunk
-    long); 1 when the programs fill it already or the walk is short (``CHUNKING``)."""
-    if programs >= target_programs(device, family) or cdiv(T, min_chunk) < CHUNKING["min_tiles"]:
+    long); 1 when the programs fill it already or the walk is short (``CHUNKING``). ``per_sm``:
+    a kernel's own programs-per-SM aim, for both tests (else the family's, then CHUNKING's)."""
+    if programs >= target_programs(device, family, per_sm) or cdiv(T, min_chunk) < CHUNKING["min_tiles"]:
         return 1
-    want = cdiv(target_programs(device, family, CHUNKING["programs_per_sm"]), programs)
+    want = cdiv(target_programs(device, family, per_sm or CHUNKING["programs_per_sm"]), programs)
     return max(1, min(want, cdiv(T, 2 * min_chunk)))
 
 
@@ -92,7 +94,7 @@ def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, fami
 # lookback section (H200 runs 13-14, NOTES.md session 4): single-tile programs lose to the
 # walking kernel where it fills the GPU (large: 918 against 510 us), win where it would chunk
 # (longT, vlong, B = 1) for the linear kind with (128, 32, 4) tiles (state vlong fwd 563 ->
-# 429 us); the log kind, with its exps, stays on the chunked passes.
+# 433 us); the log kind, with its exps, stays on the chunked passes.
 LOOKBACK = {"linear": "chunked", "log": "off", "linear_tile": (128, 32, 4), "log_tile": None, "window": 16,
             "prefix_every": 1}
 

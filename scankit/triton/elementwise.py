@@ -377,7 +377,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     if common.use_lookback(nc, log):
-        _forward_lookback(a, b, h0, log, write_a, out_a, out_h)
+        _launch_lookback(_fwd_lookback_kernel, a, b, h0, log, 2, (a, b, h0), (out_a, out_h), WRITE_A=write_a)
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
@@ -392,18 +392,18 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     return (out_a if write_a else None), out_h
 
 
-def _forward_lookback(a, b, h0, log, write_a, out_a, out_h):
-    """The single-pass forward (``_fwd_lookback_kernel``) into ``out_a`` / ``out_h``."""
+def _launch_lookback(kernel, a, b, h0, log: bool, planes: int, before, after, **flags):
+    """One single-pass look-back kernel over (B, T, D): a program per tile, a ticket counter
+    and ``planes`` zeroed status words per (tile, column) passed between the kernel's
+    ``before`` and ``after`` tensors."""
     B, T, D = a.shape
     block_t, block_d, warps = common.lookback_tiles(a.device, log)
-    nd = cdiv(D, block_d)
-    status = torch.zeros(1 + 2 * cdiv(T, block_t) * B * D, device=a.device, dtype=torch.int64)
-    wrap_triton(_fwd_lookback_kernel)[(cdiv(T, block_t) * B * nd,)](
-        a, b, h0, status, out_a, out_h, T, D, B * nd, nd, B * D,
-        *_strides3(a), *_strides3(b), *_h0_strides(h0),
-        LOG=log, HAS_H0=h0 is not None, WRITE_A=write_a,
-        BLOCK_T=block_t, BLOCK_D=block_d, WINDOW=common.LOOKBACK["window"],
-        PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps,
+    nd, n_tiles = cdiv(D, block_d), cdiv(T, block_t)
+    status = torch.zeros(1 + planes * n_tiles * B * D, device=a.device, dtype=torch.int64)
+    wrap_triton(kernel)[(n_tiles * B * nd,)](
+        *before, status, *after, T, D, B * nd, nd, B * D, *_strides3(a), *_strides3(b), *_h0_strides(h0),
+        LOG=log, HAS_H0=h0 is not None, BLOCK_T=block_t, BLOCK_D=block_d, WINDOW=common.LOOKBACK["window"],
+        PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps, **flags,
     )
 
 
@@ -435,17 +435,11 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
-    strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
-    if common.use_lookback(nc, log):
-        block_t, block_d, warps = common.lookback_tiles(a.device, log)
-        nd, n_tiles = cdiv(D, block_d), cdiv(T, block_t)
-        status = torch.zeros(1 + (4 if ga is not None else 2) * n_tiles * B * D, device=a.device, dtype=torch.int64)
-        wrap_triton(_bwd_lookback_kernel)[(n_tiles * B * nd,)](
-            a, b, h0, gh, ga, hout, aout, status, da, db, dh0, T, D, B * nd, nd, B * D, *strides,
-            LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
-            WINDOW=common.LOOKBACK["window"], PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps,
-        )
+    if common.use_lookback(nc, log):  # two status planes per recurrence: (g^, and the prefix grad's)
+        _launch_lookback(_bwd_lookback_kernel, a, b, h0, log, 4 if ga is not None else 2,
+                         (a, b, h0, gh, ga, hout, aout), (da, db, dh0), HAS_GA=ga is not None)
         return da, db, dh0
+    strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
     grid = (B * nc, cdiv(D, block_d))
     consts = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=common.stages(log, "bwd"), num_warps=warps)
