@@ -28,6 +28,17 @@ def scan_mode() -> str:
     return mode
 
 
+def checks_values(x) -> bool:
+    """Whether to check the values of ``x`` (not only its shape): always on the CPU, where it
+    is free; elsewhere only with ``SCANKIT_CHECK_VALUES=1``, since reading a GPU tensor's
+    values synchronises the host with the device; never while torch.compile traces."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return False
+    return x.device.type == "cpu" or os.environ.get("SCANKIT_CHECK_VALUES", "0") not in ("", "0")
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels on the CPU through its interpreter."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

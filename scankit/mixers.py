@@ -106,7 +106,11 @@ class _Mixer(nn.Module):
 
 
 class MinGRU(_Mixer):
-    """minGRU with positive states, scanned in log space (``parallel_scan_log``)."""
+    """minGRU with positive states, scanned in log space (``parallel_scan_log``).
+
+    ``h_0`` must be positive. That is checked on CPU tensors; on a GPU the check would stop
+    the host for the device at every call, so it runs only with ``SCANKIT_CHECK_VALUES=1``
+    (otherwise a non-positive h_0 gives NaN states, log of it)."""
 
     def __init__(self, input_size: int, hidden_size: int, decay: bool = False, bias: bool = True):
         super().__init__(input_size, hidden_size, decay, hidden_size)
@@ -126,7 +130,7 @@ class MinGRU(_Mixer):
     def forward(self, x, h_0=None, delta_t=None):
         self._check_x(x)
         h0 = self._state(h_0, x.shape[0], x)
-        if h_0 is not None and bool((h0 <= 0).any()):
+        if h_0 is not None and dispatch.checks_values(h0) and bool((h0 <= 0).any()):
             raise ValueError("MinGRU states are positive: h_0 must be > 0 everywhere")
         log_a, log_b = self._log_terms(x, delta_t)
         return ops.parallel_scan_log(log_a, torch.cat([h0.log().unsqueeze(1), log_b], dim=1))

@@ -43,8 +43,11 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> tor
 
 
 def _doubling(A: torch.Tensor, B: torch.Tensor, mul):
-    """Inclusive Hillis-Steele scan of affine maps along dim 1; ``mul`` composes."""
+    """Inclusive Hillis-Steele scan of affine maps along dim 1; ``mul`` composes. Fresh
+    tensors, never the inputs themselves (T = 1 included)."""
     T = A.shape[1]
+    if T == 1:
+        return A.clone(), B.clone()
     offset = 1
     while offset < T:
         A_new = mul(A[:, offset:], A[:, :-offset])

@@ -157,12 +157,11 @@ def _moved(op, shape, direction):
 # one main measured in run 11; each checked against it.
 ELEMENTWISE_CONFIGS = {
     "run11": ({}, {}),
-    "lb-linear-128": (dict(linear="chunked", linear_tile=(128, 32, 4)), {}),
-    "lb-linear-128+ch128/16": (dict(linear="chunked", linear_tile=(128, 32, 4)), dict(min_tiles=128, programs_per_sm=16)),
-    "lb-linear-128+ch0/16": (dict(linear="chunked", linear_tile=(128, 32, 4)), dict(programs_per_sm=16)),
-    "lb-linear-256x8": (dict(linear="chunked", linear_tile=(256, 32, 8)), {}),
-    "lb-linear-128x8": (dict(linear="chunked", linear_tile=(128, 32, 8)), {}),
-    "lb-both-128/64": (dict(linear="chunked", linear_tile=(128, 32, 4), log="chunked", log_tile=(64, 32, 4)), {}),
+    "lb-linear-128": (dict(linear="chunked", tile=(128, 32, 4)), {}),
+    "lb-linear-128+ch128/16": (dict(linear="chunked", tile=(128, 32, 4)), dict(min_tiles=128, programs_per_sm=16)),
+    "lb-linear-128+ch0/16": (dict(linear="chunked", tile=(128, 32, 4)), dict(programs_per_sm=16)),
+    "lb-linear-256x8": (dict(linear="chunked", tile=(256, 32, 8)), {}),
+    "lb-linear-128x8": (dict(linear="chunked", tile=(128, 32, 8)), {}),
 }
 
 

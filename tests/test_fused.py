@@ -11,25 +11,17 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 @pytest.fixture
 def fused_launches(monkeypatch):
-    """Record the kernels each mixer call launches (names of the Triton functions)."""
-    from torch.library import wrap_triton
-
-    from scankit.triton import affine, elementwise, givens
+    """Record the kernels each mixer call launches ('module.kernel')."""
+    from scankit.triton import common
 
     seen = []
+    launch = common.launch
 
-    def counting(kernel):
-        launcher = wrap_triton(kernel)
+    def counting(kernel, grid, *args, **meta):
+        seen.append(f"{kernel.fn.__module__.rsplit('.', 1)[-1]}.{kernel.fn.__name__}")
+        return launch(kernel, grid, *args, **meta)
 
-        class Counted:
-            def __getitem__(self, grid):
-                seen.append(f"{kernel.fn.__module__.rsplit('.', 1)[-1]}.{kernel.fn.__name__}")
-                return launcher[grid]
-
-        return Counted()
-
-    for module in (affine, elementwise, givens):
-        monkeypatch.setattr(module, "wrap_triton", counting)
+    monkeypatch.setattr(common, "launch", counting)
     return seen
 
 

@@ -19,8 +19,12 @@ CASES = [
     (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 4)), ValueError, ["b", "(2, 5, 3)", "(2, 5, 4)"]),
     (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3).half()), TypeError, ["b", "float16"]),
     (lambda: scankit.linear_scan(f(2, 0, 3), f(2, 0, 3)), ValueError, ["a", "T >= 1"]),
-    (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3), h0=f(2, 4)), ValueError, ["h0", "(2, 3)", "(2, 4)"]),
-    (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3), h0=f(2, 3).double()), TypeError, ["h0", "float64"]),
+    (lambda: scankit.matrix_scan(f(2, 0, 3, 2, 2), f(2, 0, 3, 2)), ValueError, ["M", "T >= 1"]),
+    (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3), h0=f(2, 4), return_prefix=False), ValueError, ["h0", "(2, 3)", "(2, 4)"]),
+    (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3), h0=f(2, 3).double(), return_prefix=False), TypeError, ["h0", "float64"]),
+    (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3), h0=f(2, 3)), ValueError, ["h0", "return_prefix=False", "A * h0 + Bc"]),
+    (lambda: scankit.matrix_scan(f(2, 5, 3, 2, 2), f(2, 5, 3, 2), h0=f(2, 3, 2)), ValueError, ["h0", "return_prefix=False"]),
+    (lambda: scankit.matrix_affine_scan(f(2, 5, 3, 4, 4), f(2, 5, 3, 4, 1), h0=f(2, 3, 4, 1)), ValueError, ["h0", "return_prefix=False"]),
     (lambda: scankit.linear_scan(torch.ones(2, 5, 3, dtype=torch.int32), torch.ones(2, 5, 3, dtype=torch.int32)), TypeError, ["a", "int32"]),
     (lambda: scankit.linear_scan(torch.ones(2, 5, 3, dtype=torch.complex64), f(2, 5, 3)), TypeError, ["a", "complex64"]),
     (lambda: scankit.matrix_scan(f(2, 5, 3, 3, 3), f(2, 5, 3, 2)), ValueError, ["M", "(B, T, n, 2, 2)"]),
@@ -29,7 +33,7 @@ CASES = [
     (lambda: scankit.matrix_affine_scan(f(2, 5, 3, 4, 3), f(2, 5, 3, 4, 1)), ValueError, ["A", "square"]),
     (lambda: scankit.matrix_affine_scan(f(2, 5, 3, 4, 4), f(2, 5, 3, 3, 1)), ValueError, ["B", "(2, 5, 3, 4)"]),
     (lambda: scankit.matrix_affine_scan(f(2, 5, 3, 4, 4), f(2, 5, 3, 4)), ValueError, ["B", "5-D"]),
-    (lambda: scankit.matrix_affine_scan(f(2, 5, 3, 4, 4), f(2, 5, 3, 4, 2), h0=f(2, 3, 4)), ValueError, ["h0", "4-D", "(B, n, k, v)", "(2, 3, 4)"]),
+    (lambda: scankit.matrix_affine_scan(f(2, 5, 3, 4, 4), f(2, 5, 3, 4, 2), h0=f(2, 3, 4), return_prefix=False), ValueError, ["h0", "4-D", "(B, n, k, v)", "(2, 3, 4)"]),
 ]
 
 

@@ -12,9 +12,9 @@ forward outputs. Long sequences with few lanes split T into chunks as in
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
-
-from .common import cdiv, next_pow2, num_chunks, on_gpu, prefix_scan_op
+from . import common
+from .common import cdiv, needs_int64, next_pow2, num_chunks, on_gpu, prefix_scan_op
+from .lang import program, when
 
 
 @triton.jit
@@ -37,14 +37,14 @@ def _offsets(n, rows, cols, s_n, s_r, s_c):
 @triton.jit
 def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
-    T, N, NC, CHUNK,
+    T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sb_j, sh_b, sh_n, sh_i, sh_j,
     K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
+    I64: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bi, ci = pid // NC, pid % NC
-    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    bi, ci, ni = program(NBC, NC, I64)
+    n = ni * BN + tl.arange(0, BN)
     ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
     nmask = (n < N)[:, None, None]
     off_kk = _offsets(n, ki, kj, K * K, K, 1)  # contiguous outputs / summaries
@@ -65,7 +65,7 @@ def _fwd_kernel(
     b_rel = _offsets(n, ki, vj, sb_n, sb_i, sb_j)
     for j in range(0, CHUNK):
         t = ci * CHUNK + j
-        m = nmask & (t < T)
+        m = when(t < T, nmask)
         at = tl.load(a_ptr + bi * sa_b + t * sa_t + a_rel, mask=m, other=0.0).to(tl.float32)
         bt = tl.load(b_ptr + bi * sb_b + t * sb_t + b_rel, mask=m, other=0.0).to(tl.float32)
         # rows past T keep the state: A = 0 there, so blend instead of multiplying
@@ -120,18 +120,17 @@ def _mm2(a00, a01, a10, a11, x00, x01, x10, x11):
 @triton.jit
 def _fwd2_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
-    T, N, NC, CHUNK,
+    T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sh_b, sh_n, sh_i,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
-    BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     """k = 2, v = 1 (``matrix_scan``): one lane per 2x2 block, its six numbers (M, v) and
     running (Abar, h) in registers as plain vectors, walked step by step (no per-step layout
     changes, unlike the generic kernel's broadcast products); parallelism from many lanes and
     T-chunks, latency hidden by many resident warps and the pipelined loop."""
-    pid = tl.program_id(0)
-    bi, ci = pid // NC, pid % NC
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    bi, ci, ni = program(NBC, NC, I64)
+    n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = n < N
     side = (bi * NC + ci) * N + n  # (B, NC, N) summary / carry slot
     one = tl.full((BLOCK_N,), 1.0, tl.float32)
@@ -149,7 +148,7 @@ def _fwd2_kernel(
     pb = b_ptr + bi * sb_b + n * sb_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + j
-        m = nmask & (t < T)  # steps past T are identity steps
+        m = when(t < T, nmask)  # steps past T are identity steps
         m00, m01, m10, m11 = _ld4(pa + t * sa_t, sa_i, sa_j, m, 1.0, 0.0, 0.0, 1.0)
         x0, x1 = _ld2(pb + t * sb_t, sb_i, m, 0.0, 0.0)
         h0, h1 = m00 * h0 + m01 * h1 + x0, m10 * h0 + m11 * h1 + x1
@@ -169,14 +168,14 @@ def _fwd2_kernel(
 def _bwd_kernel(
     a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
-    T, N, NC, CHUNK,
+    T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
     K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
+    I64: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bi, ci = pid // NC, pid % NC
-    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    bi, ci, ni = program(NBC, NC, I64)
+    n = ni * BN + tl.arange(0, BN)
     ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
     nmask = (n < N)[:, None, None]
     off_kk = _offsets(n, ki, kj, K * K, K, 1)
@@ -195,8 +194,8 @@ def _bwd_kernel(
     a_rel_t = _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
     for j in range(0, CHUNK):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time
-        m = nmask & (t < T)
-        c = tl.load(a_ptr + bi * sa_b + (t + 1) * sa_t + a_rel_t, mask=m & (t + 1 < T), other=0.0).to(tl.float32)
+        m = when(t < T, nmask)
+        c = tl.load(a_ptr + bi * sa_b + (t + 1) * sa_t + a_rel_t, mask=when(t + 1 < T, m), other=0.0).to(tl.float32)
         row = (bi * T + t) * N
         u = tl.load(gb_ptr + row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
         gb = tl.where(m, _mm(c, gb) + u, gb)
@@ -207,13 +206,13 @@ def _bwd_kernel(
             prod = tl.where(m, _mm(c, prod), prod)
         else:
             first = t == 0
-            prev_b = tl.load(outb_ptr + (row - N) * K * V + off_kv, mask=m & (t > 0), other=0.0).to(tl.float32)
+            prev_b = tl.load(outb_ptr + (row - N) * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
             if HAS_H0:
-                h0 = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=m & first, other=0.0)
+                h0 = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=when(first, m), other=0.0)
                 prev_b += h0.to(tl.float32)
             da = _mm_t(gb, prev_b)
             if HAS_GA:
-                prev_a = tl.load(outa_ptr + (row - N) * K * K + off_kk, mask=m & (t > 0), other=0.0).to(tl.float32)
+                prev_a = tl.load(outa_ptr + (row - N) * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
                 da += _mm_t(ga, tl.where(first, eye, prev_a))
             tl.store(da_ptr + row * K * K + off_kk, da.to(da_ptr.dtype.element_ty), mask=m)
             tl.store(db_ptr + row * K * V + off_kv, gb.to(db_ptr.dtype.element_ty), mask=m)
@@ -232,17 +231,16 @@ def _bwd_kernel(
 def _bwd2_kernel(
     a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
-    T, N, NC, CHUNK,
+    T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
-    BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     """``_bwd_kernel`` for k = 2, v = 1, one lane per 2x2 block as plain vectors (like
     ``_fwd2_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t (and the same for the running
     product's grad), dA_t = G^_t h_{t-1}^T (+ G^A_t Abar_{t-1}^T), dB_t = G^_t."""
-    pid = tl.program_id(0)
-    bi, ci = pid // NC, pid % NC
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    bi, ci, ni = program(NBC, NC, I64)
+    n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = n < N
     side = (bi * NC + ci) * N + n
     zero = tl.zeros((BLOCK_N,), tl.float32)
@@ -257,8 +255,8 @@ def _bwd2_kernel(
     pa = a_ptr + bi * sa_b + n * sa_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time
-        m = nmask & (t < T)
-        m00, m01, m10, m11 = _ld4(pa + (t + 1) * sa_t, sa_i, sa_j, m & (t + 1 < T), 0.0, 0.0, 0.0, 0.0)
+        m = when(t < T, nmask)
+        m00, m01, m10, m11 = _ld4(pa + (t + 1) * sa_t, sa_i, sa_j, when(t + 1 < T, m), 0.0, 0.0, 0.0, 0.0)
         row = (bi * T + t) * N + n
         u0, u1 = _ld2(gb_ptr + row * 2, 1, m, 0.0, 0.0)
         g0, g1 = tl.where(m, m00 * g0 + m10 * g1 + u0, g0), tl.where(m, m01 * g0 + m11 * g1 + u1, g1)
@@ -272,10 +270,10 @@ def _bwd2_kernel(
             p00, p01 = tl.where(m, n00, p00), tl.where(m, n01, p01)
             p10, p11 = tl.where(m, n10, p10), tl.where(m, n11, p11)
         else:
-            prev = m & (t > 0)
+            prev = when(t > 0, m)
             h0, h1 = _ld2(outb_ptr + (row - N) * 2, 1, prev, 0.0, 0.0)
             if HAS_H0:
-                i0, i1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, m & (t == 0), 0.0, 0.0)
+                i0, i1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, when(t == 0, m), 0.0, 0.0)
                 h0, h1 = h0 + i0, h1 + i1
             d00, d01, d10, d11 = g0 * h0, g0 * h1, g1 * h0, g1 * h1
             if HAS_GA:  # + G^A Abar_{t-1}^T, Abar_{-1} = I
@@ -364,31 +362,32 @@ def _knobs_2x2(device) -> dict:
 
 
 def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary):
-    """One pass of the forward kernel (generic, or the 2x2 one) over (B x chunks, blocks)."""
+    """One pass of the forward kernel (generic, or the 2x2 one) over (B x chunks x block tiles)."""
     B, T, N, K, _ = A.shape
-    grid = (B * nc, cdiv(N, bn))
-    flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary)
+    grid = (B * nc * cdiv(N, bn),)
+    flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary,
+                 I64=needs_int64(A, Bm, out_a, out_b))
     if two:
-        wrap_triton(_fwd2_kernel)[grid](
-            A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3],
-            BLOCK_N=bn, **_knobs_2x2(A.device), **flags)
+        common.launch(_fwd2_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
+                      *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3], BLOCK_N=bn, **_knobs_2x2(A.device), **flags)
     else:
-        wrap_triton(_fwd_kernel)[grid](
-            A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, *_s(A), *_s(Bm), *_s(h0, 4),
-            K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
+        common.launch(_fwd_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
+                      *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
 
 
 def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
     """(Abar or None, Bbar or h) of the block recurrence."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
+    out_b = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
+    out_a = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype) if track_a else out_b
+    if out_b.numel() == 0:
+        return (out_a if track_a else None), out_b
     two = _two_by_two(A, V)
     if two:
         bn, nc, chunk = _geometry_2x2(A, chunked)
     else:
         bn, nc, chunk = _geometry(A, V) if chunked else (_block_lanes(N, K, V), 1, T)
-    out_b = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
-    out_a = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype) if track_a else out_b
     carry_a = carry_b = None
     if nc > 1:
         sum_a = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
@@ -409,37 +408,35 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     """(dA, dB, dh0) of the block recurrence from the saved outputs."""
     B, T, N, K, _ = A.shape
     V = gb.shape[-1]
-    two = _two_by_two(A, V)
-    bn, nc, chunk = _geometry_2x2(A, True) if two else _geometry(A, V)
     gb = gb.contiguous()
     ga = ga.contiguous() if ga is not None else None
     dA = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype)
     dB = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
     dh0 = torch.empty((B, N, K, V), device=A.device, dtype=A.dtype) if h0 is not None else None
-    grid = (B * nc, cdiv(N, bn))
+    if dB.numel() == 0:
+        return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
+    two = _two_by_two(A, V)
+    bn, nc, chunk = _geometry_2x2(A, True) if two else _geometry(A, V)
+    grid = (B * nc * cdiv(N, bn),)
     if two:
         kernel = _bwd2_kernel
         consts = dict(BLOCK_N=bn, **_knobs_2x2(A.device))
     else:
         kernel = _bwd_kernel
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
-    consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None)
-    strides = (*_s(A), *_s(h0, 4))
+    consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, I64=needs_int64(A, gb, ga, dA, dB))
+    args = (T, N, nc, chunk, B * nc, *_s(A), *_s(h0, 4))
     carry_b = carry_a = None
     if nc > 1:
         sum_p = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
         sum_a = torch.empty_like(sum_p) if ga is not None else None
-        wrap_triton(kernel)[grid](
-            A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p,
-            T, N, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, **consts,
-        )
+        common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p,
+                      *args, HAS_CARRY=False, SUMMARY=True, **consts)
         carry_b = _reverse_carry(sum_p, sum_b)
         carry_a = _reverse_carry(sum_p, sum_a) if ga is not None else None
-    wrap_triton(kernel)[grid](
-        A, h0, gb, ga, out_b, out_a, carry_b, carry_a, dA, dB, dh0, None,
-        T, N, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, **consts,
-    )
+    common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, carry_b, carry_a, dA, dB, dh0, None,
+                  *args, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
     return dA, dB, dh0
 
 

@@ -1,11 +1,12 @@
 """Launch geometry, the kernels' envelope, and the custom-op / autograd wiring shared by
 every scan kernel."""
+import contextlib
 import functools
+import threading
 from typing import Optional
 
 import torch
-from torch._library.triton import set_wrap_triton_enabled
-from torch.library import triton_op
+from torch.library import triton_op, wrap_triton
 
 from ..dispatch import ScanFallback
 
@@ -85,30 +86,28 @@ def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, fami
     return max(1, min(want, cdiv(T, 2 * min_chunk)))
 
 
-# The single-pass kernels with decoupled look-back (elementwise._fwd/_bwd_lookback_kernel):
-# one tile per program, no summary pass. Per kind ("linear", "log"): "off" (chunked summary
-# passes), "chunked" (look-back where the T-chunked path would run) or "always"; "<kind>_tile":
-# its GPU (BLOCK_T, BLOCK_D, num_warps) (None: the elementwise tiles). "window": predecessors
-# read per look-back step; "prefix_every": 1 (tests raise it so that look-backs compose
-# aggregates, which the interpreter's in-order programs never need). From tune_scans'
-# lookback section (H200 runs 13-14, NOTES.md session 4): single-tile programs lose to the
-# walking kernel where it fills the GPU (large: 918 against 510 us), win where it would chunk
-# (longT, vlong, B = 1) for the linear kind with (128, 32, 4) tiles (state vlong fwd 563 ->
-# 433 us); the log kind, with its exps, stays on the chunked passes.
-LOOKBACK = {"linear": "chunked", "log": "off", "linear_tile": (128, 32, 4), "log_tile": None, "window": 16,
-            "prefix_every": 1}
+# The single-pass linear-recurrence kernels with decoupled look-back
+# (elementwise._fwd/_bwd_lookback_kernel): one tile per program, no summary pass. "linear":
+# "off" (chunked summary passes), "chunked" (look-back where the T-chunked path would run) or
+# "always"; "tile": their GPU (BLOCK_T, BLOCK_D, num_warps). "window": predecessors read per
+# look-back step; "prefix_every": 1 (tests raise it so that look-backs compose aggregates,
+# which the interpreter's in-order programs never need). From tune_scans' lookback section
+# (H200 runs 13-14, NOTES.md session 4): single-tile programs lose to the walking kernel where
+# it fills the GPU (large: 918 against 510 us), win where it would chunk (longT, vlong, B = 1)
+# with (128, 32, 4) tiles (state vlong fwd 563 -> 433 us). The log op, with its exps (and
+# its state carried in log space), stays on the chunked passes.
+LOOKBACK = {"linear": "chunked", "tile": (128, 32, 4), "window": 16, "prefix_every": 1}
 
 
-def use_lookback(chunks: int, log: bool) -> bool:
-    """Whether a call that the chunked path would split into ``chunks`` runs single-pass."""
-    mode = LOOKBACK["log" if log else "linear"]
+def use_lookback(chunks: int) -> bool:
+    """Whether a linear scan that the chunked path would split into ``chunks`` runs single-pass."""
+    mode = LOOKBACK["linear"]
     return mode == "always" or (mode == "chunked" and chunks > 1)
 
 
-def lookback_tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
+def lookback_tiles(device: torch.device) -> tuple[int, int, int]:
     """(BLOCK_T, BLOCK_D, num_warps) of the look-back kernels."""
-    tile = LOOKBACK["log_tile" if log else "linear_tile"]
-    return tuple(tile) if tile and on_gpu(device) else tiles(device, log)
+    return tuple(LOOKBACK["tile"]) if on_gpu(device) else tiles(device)
 
 
 def check_envelope(op: str, *tensors, kv=None) -> None:
@@ -129,48 +128,116 @@ def empty_like_shape(shape, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(shape, dtype=like.dtype, device=like.device)
 
 
-def on_compile_path() -> bool:
-    """Whether torch.compile is tracing (the custom ops), or this is an eager call."""
-    return torch.compiler.is_compiling()
+# Offsets reach 2^31 in tensors of 2^31 elements (4 GiB of bf16: B=8, T=32k, D=8k): the
+# kernels then index in int64 (their ``I64`` specialization); below it int32, as fast as before.
+INT32_LIMIT = 2**31
 
 
-def _direct(impl, *args):
-    """Run a custom op's body outside the op: its ``wrap_triton`` launches go straight to
-    Triton, as inside ``triton_op`` (left enabled, each launch goes through the tracing HOP
-    in eager mode, ~0.3 ms of host time per launch)."""
-    with set_wrap_triton_enabled(False):
-        return impl(*args)
+def _span(t: torch.Tensor) -> int:
+    """1 + the largest element offset of ``t`` (its storage footprint)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) if t.numel() else 0
+
+
+def needs_int64(*tensors) -> bool:
+    """Whether an element offset into any of ``tensors`` (None skipped) can reach 2^31."""
+    return any(t is not None and _span(t) >= INT32_LIMIT for t in tensors)
+
+
+# Fused multiply-adds on, as measured (Triton 3.9 warns that its default flips in 3.10).
+FP_FUSION = True
+_launching = threading.local()
+
+
+def launch(kernel, grid, *args, **meta):
+    """``kernel[grid](*args, **meta)``: straight to Triton on the eager path (``direct``),
+    through ``wrap_triton`` inside the custom ops, where torch.compile traces the launch."""
+    runner = kernel if getattr(_launching, "direct", False) else wrap_triton(kernel)
+    runner[grid](*args, enable_fp_fusion=FP_FUSION, **meta)
+
+
+@contextlib.contextmanager
+def direct():
+    """Launch kernels straight to Triton inside this block (eager calls on real tensors)."""
+    before = getattr(_launching, "direct", False)
+    _launching.direct = True
+    try:
+        yield
+    finally:
+        _launching.direct = before
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def traced(args) -> bool:
+    """Whether these arguments are being traced rather than computed: torch.compile or
+    export (their fake and functional tensors), jit.trace, or any tensor subclass. Traced
+    calls go through the registered custom ops; real tensors take the direct path."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return True
+    return any(isinstance(a, torch.Tensor) and type(a) not in _PLAIN for a in args)
 
 
 def either(op, impl):
-    """Call the registered custom ``op`` under torch.compile and its Python body ``impl``
-    otherwise: the custom-op dispatch layers cost ~0.25 ms of host time per call (H200
-    profile, NOTES.md), more than the kernels take at small shapes."""
+    """Call the registered custom ``op`` when its arguments are traced and its Python body
+    ``impl`` with direct launches otherwise: the custom-op dispatch layers cost ~0.25 ms of
+    host time per call (H200 profile, NOTES.md), more than the kernels take at small shapes."""
     def call(*args):
-        return op(*args) if on_compile_path() else _direct(impl, *args)
+        if traced(args):
+            return op(*args)
+        with direct():
+            return impl(*args)
     return call
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """``grad`` as an output of ``deps``, whose derivative raises: a kernel's first derivative
+    taken with create_graph=True, so that a second one fails instead of dropping terms."""
+
+    @staticmethod
+    def forward(ctx, grad, *deps):
+        return grad.clone()
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError("scankit: the Triton kernels' backward is not differentiable (no second derivatives); "
+                           "MINGRU_SCAN=eager runs the eager references, which have them")
 
 
 def with_autograd(op, impl, setup, backward):
     """Register ``backward`` / ``setup`` as ``op``'s autograd and return the callable the
-    entry points use: ``op`` under torch.compile, otherwise a plain autograd.Function
-    running ``impl`` with the same setup and backward (no custom-op dispatch)."""
+    entry points use: ``op`` on traced arguments, otherwise a plain autograd.Function
+    running ``impl`` with the same setup and backward (no custom-op dispatch). ``backward``
+    reaches its kernels through ``either``, so it runs the backward op wherever it is traced
+    (AOTAutograd traces it with fake tensors). The kernels' backward is not itself
+    differentiable: a double backward through it raises instead of dropping terms."""
     op.register_autograd(backward, setup_context=setup)
 
     class Eager(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
             ctx.set_materialize_grads(False)  # unused outputs' grads arrive as None, as for the op
-            output = impl(*inputs)
+            with direct():
+                output = impl(*inputs)
             setup(ctx, inputs, output)
             return output
 
         @staticmethod
         def backward(ctx, *grads):
-            return backward(ctx, *grads)
+            with torch.no_grad():
+                out = backward(ctx, *grads)
+            if not torch.is_grad_enabled():
+                return out
+            # create_graph=True: these grads depend on the inputs and the incoming grads, but
+            # the kernels' backward records no graph; mark them so that differentiating raises
+            deps = [t for t in (*ctx.saved_tensors, *grads) if isinstance(t, torch.Tensor) and t.requires_grad]
+            return tuple(g if g is None or not deps else _FirstOrderOnly.apply(g, *deps) for g in out)
 
     Eager.__name__ = Eager.__qualname__ = f"{op._name.split('::')[-1]}_eager"
-    return either(op, Eager.apply)  # Eager.apply runs under _direct
+
+    def call(*args):
+        return op(*args) if traced(args) else Eager.apply(*args)
+    return call
 
 
 def prefix_scan_op(name: str, forward, backward):

@@ -1,6 +1,6 @@
 """Triton kernels for the elementwise recurrences (``linear_scan``, ``parallel_scan_log``).
 
-Layout (B, T, D), D contiguous. One program owns (batch, T-chunk, D-tile); it walks its
+Layout (B, T, D), any strides. One program owns (batch, T-chunk, D-tile); it walks its
 chunk in (BLOCK_T, BLOCK_D) tiles, scanning each tile in registers with
 ``tl.associative_scan`` and carrying the last row to the next tile. Every tensor is read
 once and written once. The backward is the same recurrence on reversed time:
@@ -8,19 +8,34 @@ once and written once. The backward is the same recurrence on reversed time:
 
 When (batch x D-tiles) programs cannot fill the GPU, T is split into chunks: a summary
 pass reduces each chunk to (product of a, state from zero), a small scan over the chunk
-summaries gives each chunk its carry-in, and the main pass runs every chunk in parallel.
-The log op runs the same recurrence in linear space (fp32): ``a = exp(log_coeffs)``,
-``b = exp(log_values)``, and its grads are chained through the exps.
+summaries gives each chunk its carry-in, and the main pass runs every chunk in parallel;
+``linear_scan`` runs single-pass with decoupled look-back there instead (``common.LOOKBACK``).
+
+The log op (``parallel_scan_log``) carries its state between tiles (and chunks) as log h.
+Each tile runs in linear space (a = exp(log_coeffs), b = exp(log_values), fp32) where that
+is exact: decays only (a <= 1), its log values within +-LOG_RANGE and its carry at most
+LOG_RANGE above them, so nothing overflows and what underflows is below fp32 rounding of
+the result. Other tiles (growing coefficients, values beyond e^+-60, zeros b = 0) run a
+log-space scan (logaddexp combine): any finite inputs give h to fp32 rounding of its log,
+wherever exp() of them lies. The backward is the linear backward recurrence on bounded
+terms: with the shares r_t = a_t h_{t-1} / h_t and w_t = b_t / h_t (both in [0, 1], each
+from logs, so each to fp32 rounding) and q_t = g^_t h_t: ``q_t = g_t h_t + r_{t+1} q_{t+1}``,
+``dlog_a_t = q_t r_t``, ``dlog_b_t = q_t w_t``, ``dlog_h_0 = q_0 r_0``: finite whenever h is
+(h = inf, the fp32 overflow of a state, gives no usable gradient).
 """
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
 from . import common
-from .common import cdiv, empty_like_shape as _empty, num_chunks, tiles
+from .lang import program as _program, when as _when, idx as _idx
+from .common import cdiv, empty_like_shape as _empty, needs_int64, num_chunks, tiles
+
+# The log op's linear-space tiles: |log values| and carry - log values at most this (module doc)
+LOG_RANGE = tl.constexpr(60.0)
 
 
 @triton.jit
@@ -30,18 +45,28 @@ def _combine(a1, b1, a2, b2):
 
 
 @triton.jit
+def _logaddexp(x, y):
+    m = tl.maximum(x, y)
+    m = tl.where(m == float("-inf"), 0.0, m)  # both -inf: log(0 + 0) = -inf
+    return m + tl.log(tl.exp(x - m) + tl.exp(y - m))
+
+
+@triton.jit
+def _combine_log(la1, lb1, la2, lb2):
+    """``_combine`` of (log a, log b) pairs: (la1 + la2, log(a2 b1 + b2))."""
+    return la1 + la2, _logaddexp(la2 + lb1, lb2)
+
+
+@triton.jit
 def _last_row(x, BLOCK_T: tl.constexpr):
     rows = tl.arange(0, BLOCK_T)
     return tl.sum(tl.where(rows[:, None] == BLOCK_T - 1, x, 0.0), axis=0)
 
 
 @triton.jit
-def _initial_state(b_ptr, h0_ptr, bi, d, mask, sb_b, sb_d, sh_b, sh_d, LOG: tl.constexpr, HAS_H0: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
-    """h_0 of these columns: exp(log_values[:, 0]) for the log op, else h0 or zeros."""
-    if LOG:
-        h = tl.exp(tl.load(b_ptr + bi * sb_b + d * sb_d, mask=mask, other=float("-inf")).to(tl.float32))
-    elif HAS_H0:
+def _initial_state(h0_ptr, bi, d, mask, sh_b, sh_d, HAS_H0: tl.constexpr, BLOCK_D: tl.constexpr):
+    """h_0 of these columns of a linear recurrence: h0 or zeros."""
+    if HAS_H0:
         h = tl.load(h0_ptr + bi * sh_b + d * sh_d, mask=mask, other=0.0).to(tl.float32)
     else:
         h = tl.zeros((BLOCK_D,), tl.float32)
@@ -50,12 +75,13 @@ def _initial_state(b_ptr, h0_ptr, bi, d, mask, sb_b, sb_d, sh_b, sh_d, LOG: tl.c
 
 @triton.jit
 def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr):
-    """A tile's coefficients and inputs (a, b) in fp32 (log op: exps, b_t from slot t + 1)."""
+    """A tile's coefficients and inputs in fp32: (a, b) with the identity (1, 0) where masked,
+    or for the log op (log a, log b_t from slot t + 1) with the identity (0, -inf)."""
     a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
     if LOG:
         b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
-        a = tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
-        b = tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
+        a = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32)
     else:
         b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
         a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
@@ -64,86 +90,102 @@ def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d
 
 
 @triton.jit
-def _load_next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, LOG: tl.constexpr):
-    """a_{t+1} per row of a backward tile (0 past T; 1 on rows past T, the scan's identity)."""
-    nxt = (rows + 1 < T)[:, None] & mask
-    c_off = bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d
-    if LOG:
-        c = tl.exp(tl.load(a_ptr + c_off, mask=nxt, other=float("-inf")).to(tl.float32))
+def _log_tile(lc, lv, h, ell, mask, OUT_LOG: tl.constexpr, BLOCK_T: tl.constexpr):
+    """One tile of the log recurrence from each column's state, as h and as ell = log h:
+    (the tile's h, or log h with OUT_LOG; h and log h of its last row). Linear space where
+    exact (module doc), from h, so runs of such tiles never round-trip the state through
+    log and exp; else log space, from ell."""
+    fast = False
+    if not OUT_LOG:
+        lvm = tl.maximum(tl.where(mask, lv, 0.0), -1e30)  # b = 0 (log b = -inf): risky, and no inf - inf
+        risk = tl.maximum(tl.maximum(lc, tl.abs(lvm) - LOG_RANGE), ell[None, :] - LOG_RANGE - lvm)
+        fast = tl.max(tl.max(risk, axis=0), axis=0) <= 0.0
+    if fast:
+        a_run, b_run = tl.associative_scan((tl.exp(lc), tl.exp(lv)), 0, _combine)
+        out = a_run * h[None, :] + b_run
+        h = _last_row(out, BLOCK_T)
+        ell = tl.log(h)
     else:
-        c = tl.load(a_ptr + c_off, mask=nxt, other=0.0).to(tl.float32)
-    return tl.where(valid[:, None], c, 1.0)
-
-
-@triton.jit
-def _store_grads(a_ptr, b_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, da, D,
-                 sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr):
-    """Store a backward tile's da and db (log op: chained through the exps, db into slot t + 1)."""
-    if LOG:  # d/dlog a = a * d/da ; d/dlog b = b * d/db (b = exp(log_values[t + 1]))
-        a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
-        da *= tl.exp(tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32))
-        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
-        db = ghat * tl.exp(tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32))
-        tl.store(db_ptr + off + bi * D + D, db.to(db_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
-    tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _store_dh0(a_ptr, db_ptr, dh0_ptr, bi, d, dmask, g0, h0, T, D, sa_b, sa_d,
-               LOG: tl.constexpr, HAS_H0: tl.constexpr):
-    """dL/dh_0 = a_0 g^_0 (log op: times h_0, into log_values[:, 0])."""
-    a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-    if LOG:
-        tl.store(db_ptr + bi * (T + 1) * D + d, (tl.exp(a0) * g0 * h0).to(db_ptr.dtype.element_ty), mask=dmask)
-    elif HAS_H0:
-        tl.store(dh0_ptr + bi * D + d, (a0 * g0).to(dh0_ptr.dtype.element_ty), mask=dmask)
+        la_run, lb_run = tl.associative_scan((lc, lv), 0, _combine_log)
+        out = _logaddexp(la_run + ell[None, :], lb_run)
+        ell = _last_row(out, BLOCK_T)
+        h = tl.exp(ell)
+        if not OUT_LOG:
+            out = tl.exp(out)
+    return out, h, ell
 
 
 @triton.jit
 def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_h_ptr, out_a_ptr, out_h_ptr,
-    T, D, NC, CHUNK,
+    T, D, NC, CHUNK, NBC,
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr,
-    WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
+    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr,
+    SUMMARY: tl.constexpr, OUT_LOG: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bi, ci = pid // NC, pid % NC
-    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    """Main pass: states h (and running products when WRITE_A) of this program's chunk,
+    from h_0, or for chunk ci > 0 from the carry scan's state after chunk ci - 1 (HAS_CARRY).
+    SUMMARY: each chunk's (product of a, state from zero) into (B, NC, D); for the log op
+    (sum of log a, log state from zero) into slots 1.. of a (B, NC + 1, D) buffer whose
+    slot 0 gets log h_0 (the carry scan's inputs). OUT_LOG: the log op writes log h."""
+    bi, ci, di = _program(NBC, NC, I64)
+    d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK  # this chunk: rows t_lo .. t_lo + CHUNK - 1 that are < T
-    side = bi * NC * D + ci * D + d  # (B, NC, D) summary / carry slot
 
-    prod = tl.full((BLOCK_D,), 1.0, tl.float32)
-    h = tl.zeros((BLOCK_D,), tl.float32)
-    if not SUMMARY:
-        if HAS_CARRY:
-            h = tl.load(carry_h_ptr + side, mask=dmask, other=0.0)
-            if WRITE_A:
-                prod = tl.load(carry_a_ptr + side, mask=dmask, other=1.0)
+    if LOG:  # ell = log h beside h; prod: the sum of log a (SUMMARY)
+        ell = tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32)
+        prod = tl.zeros((BLOCK_D,), tl.float32)
+    else:
+        h = _initial_state(h0_ptr, bi, d, dmask, sh_b, sh_d, HAS_H0, BLOCK_D)
+        prod = tl.full((BLOCK_D,), 1.0, tl.float32)
+    if SUMMARY:
+        if LOG:
+            tl.store(out_h_ptr + bi * (NC + 1) * D + d, ell, mask=_when(ci == 0, dmask))
+            ell = tl.full((BLOCK_D,), float("-inf"), tl.float32)
         else:
-            h = _initial_state(b_ptr, h0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0, BLOCK_D)
+            h = tl.zeros((BLOCK_D,), tl.float32)
+    elif HAS_CARRY:
+        if ci > 0:
+            slot = (bi * NC + ci - 1) * D + d
+            if LOG:
+                ell = tl.load(carry_h_ptr + slot, mask=dmask, other=float("-inf"))
+            else:
+                h = tl.load(carry_h_ptr + slot, mask=dmask, other=0.0)
+                if WRITE_A:
+                    prod = tl.load(carry_a_ptr + slot, mask=dmask, other=1.0)
+    if LOG:
+        h = tl.exp(ell)
 
     out_base = bi * T * D + d[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
         a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
-        a_run, b_run = tl.associative_scan((a, b), 0, _combine)
-        hs = a_run * h[None, :] + b_run
+        if LOG:
+            hs, h, ell = _log_tile(a, b, h, ell, mask, OUT_LOG, BLOCK_T)
+            if SUMMARY:
+                prod += tl.sum(a, axis=0)
+        else:
+            a_run, b_run = tl.associative_scan((a, b), 0, _combine)
+            hs = a_run * h[None, :] + b_run
+            h = _last_row(hs, BLOCK_T)
         if not SUMMARY:
             out_off = out_base + rows[:, None] * D
             tl.store(out_h_ptr + out_off, hs.to(out_h_ptr.dtype.element_ty), mask=mask)
             if WRITE_A:
                 tl.store(out_a_ptr + out_off, (a_run * prod[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
-        h = _last_row(hs, BLOCK_T)
-        prod = prod * _last_row(a_run, BLOCK_T)
+        if not LOG:
+            if WRITE_A or SUMMARY:
+                prod = prod * _last_row(a_run, BLOCK_T)
     if SUMMARY:
+        side = (bi * NC + ci) * D + d
         tl.store(out_a_ptr + side, prod, mask=dmask)
-        tl.store(out_h_ptr + side, h, mask=dmask)
+        if LOG:
+            tl.store(out_h_ptr + side + bi * D + D, ell, mask=dmask)
+        else:
+            tl.store(out_h_ptr + side, h, mask=dmask)
 
 
 @triton.jit
@@ -211,26 +253,34 @@ def _carry_in(words_a, words_h, ti, stride_t, col, colmask, tot_a, tot_h, init_h
 
 
 @triton.jit
+def _lookback_program(status_ptr, NBD, ND, I64: tl.constexpr):
+    """(time tile, batch, D-tile) from this program's ticket: time-tile major, so every
+    predecessor of a tile has started before it."""
+    v = tl.atomic_add(status_ptr, 1).to(tl.int32)
+    c = v % NBD
+    return _idx(v // NBD, I64), _idx(c // ND, I64), _idx(c % ND, I64)
+
+
+@triton.jit
 def _fwd_lookback_kernel(
     a_ptr, b_ptr, h0_ptr, status_ptr, out_a_ptr, out_h_ptr,
     T, D, NBD, ND, STRIDE_T,
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-    LOG: tl.constexpr, HAS_H0: tl.constexpr, WRITE_A: tl.constexpr,
+    HAS_H0: tl.constexpr, WRITE_A: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
 ):
-    """Single-pass forward: one (BLOCK_T, BLOCK_D) tile per program, its carry-in from
-    the tiles before it by decoupled look-back (status words after the ticket counter)."""
-    v = tl.atomic_add(status_ptr, 1).to(tl.int32)  # ticket: time-tile major, so predecessors start first
-    ti, c = v // NBD, v % NBD
-    bi, di = c // ND, c % ND
+    """Single-pass forward of the linear recurrence: one (BLOCK_T, BLOCK_D) tile per program,
+    its carry-in from the tiles before it by decoupled look-back (status words after the
+    ticket counter)."""
+    ti, bi, di = _lookback_program(status_ptr, NBD, ND, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
-    a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
+    a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
-    init_h = _initial_state(b_ptr, h0_ptr, bi, d, dmask & (ti == 0), sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0, BLOCK_D)
+    init_h = _initial_state(h0_ptr, bi, d, _when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
     words = status_ptr + 1
     carry_a, carry_h = _carry_in(words, words + STRIDE_T * tl.cdiv(T, BLOCK_T), ti, STRIDE_T, bi * D + d, dmask,
                                  tot_a, tot_h, init_h, BLOCK_D, WINDOW, PREFIX_EVERY)
@@ -242,20 +292,43 @@ def _fwd_lookback_kernel(
 
 
 @triton.jit
+def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d):
+    """a_{t+1} per row of a backward tile (0 past T; 1 on rows past T, the scan's identity)."""
+    nxt = (rows + 1 < T)[:, None] & mask
+    c = tl.load(a_ptr + bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
+    return tl.where(valid[:, None], c.to(tl.float32), 1.0)
+
+
+@triton.jit
+def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
+                  sa_b, sa_d, HAS_GA: tl.constexpr):
+    """Store a backward tile's da = g^_t h_{t-1} (+ the prefix grad's g^A_t A_{t-1}) and db = g^_t."""
+    first = (rows == 0)[:, None]
+    later = mask & (rows >= 1)[:, None]
+    prev = tl.load(hout_ptr + off - D, mask=later, other=0.0).to(tl.float32)
+    da = ghat * tl.where(first, h0[None, :], prev)
+    if HAS_GA:
+        aprev = tl.load(aout_ptr + off - D, mask=later, other=1.0).to(tl.float32)
+        da += gahat * tl.where(first, 1.0, aprev)
+    tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
+    tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _bwd_kernel(
-    a_ptr, b_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, carry_h_ptr, carry_a_ptr,
+    a_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, carry_h_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
-    T, D, NC, CHUNK,
-    sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr,
-    SUMMARY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sh_b, sh_d,
+    HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
+    I64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bi, ci = pid // NC, pid % NC
-    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    """Backward of the linear recurrence over this program's chunk, t descending. SUMMARY:
+    each chunk's (product of a_{t+1}, g^ from zero) and the prefix grad's."""
+    bi, ci, di = _program(NBC, NC, I64)
+    d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
-    side = bi * NC * D + ci * D + d
+    side = (bi * NC + ci) * D + d
 
     g = tl.zeros((BLOCK_D,), tl.float32)   # g^ at the row after the current tile
     ga = tl.zeros((BLOCK_D,), tl.float32)
@@ -264,19 +337,20 @@ def _bwd_kernel(
         g = tl.load(carry_h_ptr + side, mask=dmask, other=0.0)
         if HAS_GA:
             ga = tl.load(carry_a_ptr + side, mask=dmask, other=0.0)
-    h0 = _initial_state(b_ptr, h0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0, BLOCK_D)
+    h0 = _initial_state(h0_ptr, bi, d, dmask, sh_b, sh_d, HAS_H0, BLOCK_D)
 
     base = bi * T * D + d[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
-        c = _load_next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, LOG)
         off = base + rows[:, None] * D
+        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
         ghat = c_run * g[None, :] + u_run
         g = _last_row(ghat, BLOCK_T)
+        gahat = ghat
         if HAS_GA:
             ua = tl.load(ga_ptr + off, mask=mask, other=0.0).to(tl.float32)
             _, ua_run = tl.associative_scan((c, ua), 0, _combine)
@@ -285,45 +359,133 @@ def _bwd_kernel(
         if SUMMARY:
             prod = prod * _last_row(c_run, BLOCK_T)
         else:
-            first = rows == 0
-            prev = tl.load(hout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=0.0).to(tl.float32)
-            prev = tl.where(first[:, None], h0[None, :], prev)
-            da = ghat * prev
-            if HAS_GA:
-                aprev = tl.load(aout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=1.0).to(tl.float32)
-                da += gahat * tl.where(first[:, None], 1.0, aprev)
-            _store_grads(a_ptr, b_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, da, D,
-                         sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
+            _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
+                          sa_b, sa_d, HAS_GA)
     if SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_h_ptr + side, g, mask=dmask)
         if HAS_GA:
             tl.store(carry_a_ptr + side, ga, mask=dmask)
-    elif ci == 0:
-        _store_dh0(a_ptr, db_ptr, dh0_ptr, bi, d, dmask, g, h0, T, D, sa_b, sa_d, LOG, HAS_H0)
+    elif HAS_H0:  # dL/dh_0 = a_0 g^_0 (g: g^ at row 0 once chunk 0 is walked)
+        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=_when(ci == 0, dmask))
+
+
+@triton.jit
+def _share(x, live):
+    """exp(x) clamped to [0, 1] (a share of a positive state), 0 where not ``live``."""
+    return tl.where(live, tl.minimum(tl.exp(x), 1.0), 0.0)
+
+
+@triton.jit
+def _in_range(h):
+    """Whether a state is within e^+-LOG_RANGE (where the linear backward is exact)."""
+    return (h >= 8.75e-27) & (h <= 1.14e26)
+
+
+@triton.jit
+def _log_bwd_kernel(
+    lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, sum_p_ptr,
+    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d,
+    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, I64: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+):
+    """Backward of the log op over this program's chunk, t descending, carrying q = g^ h at
+    the row after the current tile. A tile runs the linear backward (a = exp(log_coeffs),
+    b = exp(log_values); dlog_a = g^ a_t h_{t-1}, dlog_b = g^ b_t) where that is exact:
+    decays only, log values and the states it divides by within e^+-LOG_RANGE; else the
+    bounded recurrence of the shares (module doc). SUMMARY: each chunk's (product of the
+    carry's coefficients, q from zero); the main pass's chunk carry is q."""
+    bi, ci, di = _program(NBC, NC, I64)
+    d = di * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    t_lo = ci * CHUNK
+    side = (bi * NC + ci) * D + d
+
+    q = tl.zeros((BLOCK_D,), tl.float32)
+    prod = tl.full((BLOCK_D,), 1.0, tl.float32)
+    if HAS_CARRY:
+        q = tl.load(carry_ptr + side, mask=dmask, other=0.0)
+    lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)  # log h_0
+
+    base = bi * T * D + d[None, :]
+    for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
+        top = t_lo + CHUNK - 1 - j * BLOCK_T
+        rows = top - tl.arange(0, BLOCK_T)  # descending time; rows top - BLOCK_T + 1 .. top
+        valid = rows < T
+        mask = valid[:, None] & dmask[None, :]
+        nxt = (rows + 1 < T)[:, None] & mask
+        prv = (rows >= 1)[:, None] & mask
+        first = (rows == 0)[:, None]
+        off = base + rows[:, None] * D
+        a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+        u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+        lc_next = tl.load(lc_ptr + a_off + sa_t, mask=nxt, other=0.0).to(tl.float32)
+        lv = tl.load(lv_ptr + bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
+                     other=0.0).to(tl.float32)
+        hp = tl.load(h_ptr + off - D, mask=prv, other=1.0).to(tl.float32)
+        hp = tl.where(first, tl.exp(lh0)[None, :], hp)  # h_{t-1}
+        # the states the linear form divides by: after the tile (q -> g^) and its first row (g^ -> q)
+        h_after = tl.load(h_ptr + base + (top + 1) * D, mask=_when(top + 1 < T, dmask[None, :]), other=1.0)
+        h_first = tl.load(h_ptr + base + (top - BLOCK_T + 1) * D, mask=_when(top - BLOCK_T + 1 < T, dmask[None, :]),
+                          other=1.0)
+        h_after, h_first = tl.sum(h_after.to(tl.float32), axis=0), tl.sum(h_first.to(tl.float32), axis=0)
+        risk = tl.maximum(tl.maximum(lc, lc_next), tl.abs(lv) - LOG_RANGE)
+        risk = tl.where(mask & ~_in_range(hp), 1.0, tl.where(mask, risk, -1.0))
+        edges = tl.where(dmask & ~(_in_range(h_after) & _in_range(h_first)), 1.0, -1.0)
+        if tl.maximum(tl.max(tl.max(risk, axis=0), axis=0), tl.max(edges, axis=0)) <= 0.0:
+            c = tl.where(valid[:, None], tl.where(nxt, tl.exp(lc_next), 0.0), 1.0)
+            c_run, u_run = tl.associative_scan((c, u), 0, _combine)
+            ghat = c_run * (q / h_after)[None, :] + u_run
+            da = ghat * tl.exp(lc) * hp
+            db = ghat * tl.exp(lv)
+            q = _last_row(ghat, BLOCK_T) * h_first
+            step = _last_row(c_run, BLOCK_T) * h_first / h_after
+        else:
+            h = tl.load(h_ptr + off, mask=mask, other=1.0).to(tl.float32)
+            h_next = tl.load(h_ptr + off + D, mask=nxt, other=1.0).to(tl.float32)
+            lh, lh_next = tl.log(h), tl.log(h_next)
+            lh_prev = tl.where(first, lh0[None, :], tl.log(hp))
+            live = h > 0.0
+            c = tl.where(valid[:, None], _share(lc_next + lh - lh_next, nxt & (h_next > 0.0)), 1.0)
+            c_run, u_run = tl.associative_scan((c, u * h), 0, _combine)
+            qhat = c_run * q[None, :] + u_run
+            da = qhat * _share(lc + lh_prev - lh, live)
+            db = qhat * _share(lv - lh, live)
+            q = _last_row(qhat, BLOCK_T)
+            step = _last_row(c_run, BLOCK_T)
+        if SUMMARY:
+            prod = prod * step
+        else:  # dlog_values: slot t + 1 from row t, slot 0 (log h_0) gets row 0's dlog_a
+            dv_off = off + bi * D + D
+            tl.store(dlv_ptr + dv_off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
+            tl.store(dlv_ptr + dv_off - D, da.to(dlv_ptr.dtype.element_ty), mask=mask & first)
+            tl.store(dlc_ptr + off, da.to(dlc_ptr.dtype.element_ty), mask=mask)
+    if SUMMARY:
+        tl.store(sum_p_ptr + side, prod, mask=dmask)
+        tl.store(carry_ptr + side, q, mask=dmask)
 
 
 @triton.jit
 def _bwd_lookback_kernel(
-    a_ptr, b_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, status_ptr, da_ptr, db_ptr, dh0_ptr,
-    T, D, NBD, ND, STRIDE_T,
-    sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_GA: tl.constexpr,
+    a_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, status_ptr, da_ptr, db_ptr, dh0_ptr,
+    T, D, NBD, ND, STRIDE_T, sa_b, sa_t, sa_d, sh_b, sh_d,
+    HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
 ):
-    """Single-pass backward: ``_bwd_kernel``'s tile body, one tile per program, tiles taken
-    from the end of time; the carry (g^ after the tile) by decoupled look-back."""
-    v = tl.atomic_add(status_ptr, 1).to(tl.int32)
-    tr, c = v // NBD, v % NBD  # tr: tiles counted from the end of time
-    bi, di = c // ND, c % ND
+    """Single-pass backward of the linear recurrence: ``_bwd_kernel``'s tile body, one tile
+    per program, tiles taken from the end of time; the carry (g^ after the tile) by
+    decoupled look-back."""
+    tr, bi, di = _lookback_program(status_ptr, NBD, ND, I64)  # tr: tiles counted from the end of time
     n_tiles = tl.cdiv(T, BLOCK_T)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     rows = (n_tiles - tr) * BLOCK_T - 1 - tl.arange(0, BLOCK_T)  # descending time
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
-    cf = _load_next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, LOG)
     off = bi * T * D + rows[:, None] * D + d[None, :]
+    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d)
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
     tot_c = _last_row(c_run, BLOCK_T)
@@ -334,22 +496,21 @@ def _bwd_lookback_kernel(
     _, g = _carry_in(words, words + plane, tr, STRIDE_T, col, dmask, tot_c, _last_row(u_run, BLOCK_T), zero,
                      BLOCK_D, WINDOW, PREFIX_EVERY)
     ghat = c_run * g[None, :] + u_run
-    first = rows == 0
-    prev = tl.load(hout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=0.0).to(tl.float32)
-    h0 = _initial_state(b_ptr, h0_ptr, bi, d, dmask & (tr == n_tiles - 1), sb_b, sb_d, sh_b, sh_d, LOG, HAS_H0,
-                        BLOCK_D)
-    da = ghat * tl.where(first[:, None], h0[None, :], prev)
+    gahat = ghat
     if HAS_GA:
         ua = tl.load(ga_ptr + off, mask=mask, other=0.0).to(tl.float32)
         _, ua_run = tl.associative_scan((cf, ua), 0, _combine)
         _, ga = _carry_in(words + 2 * plane, words + 3 * plane, tr, STRIDE_T, col, dmask, tot_c,
                           _last_row(ua_run, BLOCK_T), zero, BLOCK_D, WINDOW, PREFIX_EVERY)
-        aprev = tl.load(aout_ptr + off - D, mask=mask & (rows >= 1)[:, None], other=1.0).to(tl.float32)
-        da += (c_run * ga[None, :] + ua_run) * tl.where(first[:, None], 1.0, aprev)
-    _store_grads(a_ptr, b_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, da, D,
-                 sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
-    if tr == n_tiles - 1:  # the tile holding t = 0
-        _store_dh0(a_ptr, db_ptr, dh0_ptr, bi, d, dmask, _last_row(ghat, BLOCK_T), h0, T, D, sa_b, sa_d, LOG, HAS_H0)
+        gahat = c_run * ga[None, :] + ua_run
+    last = tr == n_tiles - 1  # the tile holding t = 0
+    h0 = _initial_state(h0_ptr, bi, d, _when(last, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
+    _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
+                  sa_b, sa_d, HAS_GA)
+    if HAS_H0:  # dL/dh_0 = a_0 g^_0
+        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
+                 mask=_when(last, dmask))
 
 
 def _strides3(x):
@@ -370,93 +531,105 @@ def _geometry(a, log: bool, nc: Optional[int] = None):
     return block_t, block_d, warps, cdiv(T, chunk), chunk
 
 
-def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
-    """States (and running products when ``write_a``) of the elementwise recurrence."""
+def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None, out_log: bool = False):
+    """States (and running products when ``write_a``) of the elementwise recurrence; the
+    log op's in log space with ``out_log`` (its carry scan)."""
     B, T, D = a.shape
-    block_t, block_d, warps, nc, chunk = _geometry(a, log, nc)
-    out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
+    out_h = torch.empty((B, T, D), device=a.device, dtype=torch.float32 if out_log else a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
-    if common.use_lookback(nc, log):
-        _launch_lookback(_fwd_lookback_kernel, a, b, h0, log, 2, (a, b, h0), (out_a, out_h), WRITE_A=write_a)
+    if out_h.numel() == 0:
+        return (out_a if write_a else None), out_h
+    block_t, block_d, warps, nc, chunk = _geometry(a, log, nc)
+    if not log and common.use_lookback(nc):
+        _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h),
+                         (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a)
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
         carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, (block_t, block_d, warps))
-    grid = (B * nc, cdiv(D, block_d))
-    wrap_triton(_fwd_kernel)[grid](
-        a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk,
+    B_nc = B * nc
+    common.launch(
+        _fwd_kernel, (B_nc * cdiv(D, block_d),),
+        a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk, B_nc,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
-        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, WRITE_A=write_a, SUMMARY=False,
-        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"), num_warps=warps,
+        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, WRITE_A=write_a, SUMMARY=False, OUT_LOG=out_log,
+        I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"),
+        num_warps=warps,
     )
     return (out_a if write_a else None), out_h
 
 
-def _launch_lookback(kernel, a, b, h0, log: bool, planes: int, before, after, **flags):
+def _launch_lookback(kernel, a, planes: int, before, after, strides, **flags):
     """One single-pass look-back kernel over (B, T, D): a program per tile, a ticket counter
     and ``planes`` zeroed status words per (tile, column) passed between the kernel's
-    ``before`` and ``after`` tensors."""
+    ``before`` and ``after`` tensors, then its geometry and ``strides``."""
     B, T, D = a.shape
-    block_t, block_d, warps = common.lookback_tiles(a.device, log)
+    block_t, block_d, warps = common.lookback_tiles(a.device)
     nd, n_tiles = cdiv(D, block_d), cdiv(T, block_t)
     status = torch.zeros(1 + planes * n_tiles * B * D, device=a.device, dtype=torch.int64)
-    wrap_triton(kernel)[(n_tiles * B * nd,)](
-        *before, status, *after, T, D, B * nd, nd, B * D, *_strides3(a), *_strides3(b), *_h0_strides(h0),
-        LOG=log, HAS_H0=h0 is not None, BLOCK_T=block_t, BLOCK_D=block_d, WINDOW=common.LOOKBACK["window"],
-        PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps, **flags,
+    common.launch(
+        kernel, (n_tiles * B * nd,), *before, status, *after, T, D, B * nd, nd, B * D, *strides,
+        I64=needs_int64(*before, *after, status), BLOCK_T=block_t, BLOCK_D=block_d,
+        WINDOW=common.LOOKBACK["window"], PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps, **flags,
     )
 
 
 def _carries(a, b, h0, log, write_a, nc, chunk, tile):
-    """Per-chunk carry-in (running product, state) from a summary pass and a scan over it."""
+    """Carry-in of each chunk: the state (and running product) after chunks 0 .. NC - 1 from
+    a summary pass and a scan over its summaries (main-pass chunk ci reads slot ci - 1); the
+    log op's in log space."""
     B, T, D = a.shape
     block_t, block_d, warps = tile
     sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
-    sum_h = torch.empty_like(sum_a)
-    wrap_triton(_fwd_kernel)[(B * nc, cdiv(D, block_d))](
-        a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk,
+    sum_h = torch.empty((B, nc + 1 if log else nc, D), device=a.device, dtype=torch.float32)
+    common.launch(
+        _fwd_kernel, (B * nc * cdiv(D, block_d),),
+        a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk, B * nc,
         *_strides3(a), *_strides3(b), *_h0_strides(h0),
-        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True,
-        BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"), num_warps=warps,
+        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True, OUT_LOG=False,
+        I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"), num_warps=warps,
     )
-    h_init = b[:, 0].float().exp() if log else (h0.float() if h0 is not None else torch.zeros_like(sum_h[:, 0]))
-    run_a, run_h = _forward(sum_a, sum_h, h_init, log=False, write_a=write_a, nc=1)
-    carry_h = torch.cat([h_init.unsqueeze(1), run_h[:, :-1]], dim=1)
-    carry_a = torch.cat([torch.ones_like(sum_a[:, :1]), run_a[:, :-1]], dim=1) if write_a else None
-    return carry_a, carry_h
+    if log:  # log h after each chunk, from log h_0 (slot 0 of sum_h)
+        return None, _forward(sum_a, sum_h, None, log=True, write_a=False, nc=1, out_log=True)[1]
+    return _forward(sum_a, sum_h, h0, log=False, write_a=write_a, nc=1)
 
 
 def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
-    """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs."""
+    """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs (the
+    log op: of log_coeffs and log_values, dh0 None)."""
     B, T, D = a.shape
-    block_t, block_d, warps, nc, chunk = _geometry(a, log)
     gh = gh.contiguous()
     ga = ga.contiguous() if ga is not None else None
     da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
-    if common.use_lookback(nc, log):  # two status planes per recurrence: (g^, and the prefix grad's)
-        _launch_lookback(_bwd_lookback_kernel, a, b, h0, log, 4 if ga is not None else 2,
-                         (a, b, h0, gh, ga, hout, aout), (da, db, dh0), HAS_GA=ga is not None)
+    if da.numel() == 0:
+        return da, db.zero_(), (dh0.zero_() if dh0 is not None else None)
+    block_t, block_d, warps, nc, chunk = _geometry(a, log)
+    if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
+        _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, h0, gh, ga, hout, aout),
+                         (da, db, dh0), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None, HAS_GA=ga is not None)
         return da, db, dh0
-    strides = (*_strides3(a), *_strides3(b), *_h0_strides(h0))
-    grid = (B * nc, cdiv(D, block_d))
-    consts = dict(LOG=log, HAS_H0=h0 is not None, HAS_GA=ga is not None, BLOCK_T=block_t, BLOCK_D=block_d,
+    B_nc = B * nc
+    grid = (B_nc * cdiv(D, block_d),)
+    consts = dict(I64=needs_int64(a, b, gh, hout), BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=common.stages(log, "bwd"), num_warps=warps)
-    carry_h = carry_a = None
+    if log:
+        kernel, before, after = _log_bwd_kernel, (a, b, gh, hout), (da, db)
+        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b))
+    else:
+        kernel, before, after = _bwd_kernel, (a, h0, gh, ga, hout, aout), (da, db, dh0)
+        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_h0_strides(h0))
+        consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None)
+    carries = (None,) if log else (None, None)
     if nc > 1:
         sum_p = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
-        sum_h, sum_a = torch.empty_like(sum_p), (torch.empty_like(sum_p) if ga is not None else None)
-        wrap_triton(_bwd_kernel)[grid](
-            a, b, h0, gh, ga, hout, aout, sum_h, sum_a, None, None, None, sum_p,
-            T, D, nc, chunk, *strides, HAS_CARRY=False, SUMMARY=True, **consts,
-        )
-        carry_h = _reverse_carry(sum_p, sum_h)
-        carry_a = _reverse_carry(sum_p, sum_a) if ga is not None else None
-    wrap_triton(_bwd_kernel)[grid](
-        a, b, h0, gh, ga, hout, aout, carry_h, carry_a, da, db, dh0, None,
-        T, D, nc, chunk, *strides, HAS_CARRY=nc > 1, SUMMARY=False, **consts,
-    )
+        sums = (torch.empty_like(sum_p),) if log else (torch.empty_like(sum_p),
+                                                        torch.empty_like(sum_p) if ga is not None else None)
+        common.launch(kernel, grid, *before, *sums, *((None,) * len(after)), sum_p, *args,
+                      HAS_CARRY=False, SUMMARY=True, **consts)
+        carries = tuple(_reverse_carry(sum_p, s) if s is not None else None for s in sums)
+    common.launch(kernel, grid, *before, *carries, *after, None, *args, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
     return da, db, dh0
 
 

@@ -14,9 +14,11 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from .common import cdiv, either, empty_like_shape as _empty, next_pow2, target_programs, with_autograd
+from . import common
+from .common import cdiv, either, empty_like_shape as _empty, needs_int64, next_pow2, target_programs, with_autograd
+from .lang import idx, when
 
 
 @triton.jit
@@ -53,10 +55,13 @@ def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
 
 
 @triton.jit
-def _lanes(h0_ptr, sh_b, sh_n, sh_i, N, K: tl.constexpr, BN: tl.constexpr, HAS_H0: tl.constexpr):
-    """This program's batch index, its BN block lanes (and mask) and their h_0 (zeros if none)."""
-    bi = tl.program_id(0)
-    n = tl.program_id(1) * BN + tl.arange(0, BN)
+def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K: tl.constexpr, BN: tl.constexpr, HAS_H0: tl.constexpr,
+           I64: tl.constexpr):
+    """This program's batch index, its BN block lanes (and mask) and their h_0 (zeros if none)
+    on the 1-D grid (batch fastest)."""
+    pid = tl.program_id(0)
+    bi = idx(pid % B, I64)
+    n = idx(pid // B, I64) * BN + tl.arange(0, BN)
     i = tl.arange(0, K)
     nm = n < N
     h0 = tl.zeros((BN, K), tl.float32)
@@ -68,12 +73,13 @@ def _lanes(h0_ptr, sh_b, sh_n, sh_i, N, K: tl.constexpr, BN: tl.constexpr, HAS_H
 
 @triton.jit
 def _fwd_kernel(
-    ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, T, N,
+    ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, B, T, N,
     sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr,
 ):
-    bi, n, i, nm, h = _lanes(h0_ptr, sh_b, sh_n, sh_i, N, K, BN, HAS_H0)
+    bi, n, i, nm, h = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64)
+    T = idx(T, I64)  # the step index t then runs in int64 too
     m2 = nm[:, None]
     out_rows = (bi * T * N + n[:, None]) * K + i[None, :]
     for t in range(0, T):
@@ -93,12 +99,13 @@ def _fwd_kernel(
 
 @triton.jit
 def _bwd_kernel(
-    ang_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, g_ptr, dang_ptr, db_ptr, dsc_ptr, dgm_ptr, dh0_ptr, T, N,
+    ang_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, g_ptr, dang_ptr, db_ptr, dsc_ptr, dgm_ptr, dh0_ptr, B, T, N,
     sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr,
 ):
-    bi, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, N, K, BN, HAS_H0)
+    bi, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64)
+    T = idx(T, I64)
     m2 = nm[:, None]
     rows = (bi * T * N + n[:, None]) * K + i[None, :]   # contiguous (B, T, n, K) at t = 0
     side = bi * T * N + n                                # contiguous (B, T, n) at t = 0
@@ -107,7 +114,7 @@ def _bwd_kernel(
         t = T - 1 - j
         gh = tl.load(g_ptr + rows + t * N * K, mask=m2, other=0.0).to(tl.float32) + carry
         tl.store(db_ptr + rows + t * N * K, gh.to(db_ptr.dtype.element_ty), mask=m2)
-        hp = tl.load(out_ptr + rows + (t - 1) * N * K, mask=m2 & (t > 0), other=0.0).to(tl.float32)
+        hp = tl.load(out_ptr + rows + (t - 1) * N * K, mask=when(t > 0, m2), other=0.0).to(tl.float32)
         hp = tl.where(t > 0, hp, h0)
         u = hp
         if HAS_SCALE:
@@ -158,11 +165,14 @@ def _rotation_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.T
     K = b.shape[-1]
     bn = _lanes_per_program(B, N, b.device)
     out = torch.empty((B, T, N, K), device=b.device, dtype=b.dtype)
-    wrap_triton(_fwd_kernel)[(B, cdiv(N, bn))](
-        angles, b, scale, gamma, h0, out, T, N,
+    if out.numel() == 0:
+        return out
+    common.launch(
+        _fwd_kernel, (B * cdiv(N, bn),),
+        angles, b, scale, gamma, h0, out, B, T, N,
         *_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
         K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
-        num_warps=1 if K <= 4 else 2,
+        I64=needs_int64(angles, b, scale, gamma, out), num_warps=1 if K <= 4 else 2,
     )
     return out
 
@@ -178,11 +188,14 @@ def _rotation_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Op
     d_scale = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if scale is not None else out.new_empty(0)
     d_gamma = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if gamma is not None else out.new_empty(0)
     d_h0 = torch.empty((B, N, K), device=out.device, dtype=out.dtype) if h0 is not None else out.new_empty(0)
-    wrap_triton(_bwd_kernel)[(B, cdiv(N, bn))](
-        angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, T, N,
+    if out.numel() == 0:
+        return d_angles.zero_(), d_b, d_scale.zero_(), d_gamma.zero_(), d_h0.zero_()
+    common.launch(
+        _bwd_kernel, (B * cdiv(N, bn),),
+        angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, B, T, N,
         *_s(angles, 5), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
         K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
-        num_warps=1 if K <= 4 else 2,
+        I64=needs_int64(angles, scale, gamma, out, g, d_angles), num_warps=1 if K <= 4 else 2,
     )
     return d_angles, d_b, d_scale, d_gamma, d_h0
 

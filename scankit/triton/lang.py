@@ -1,0 +1,28 @@
+"""Triton helpers every kernel family shares: program indices on a 1-D grid, int64
+indexing where offsets can pass 2^31, block masks from scalar conditions."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def idx(x, I64: tl.constexpr):
+    """``x`` as an index: int64 in the I64 specialization (offsets that can pass 2^31)."""
+    if I64:
+        x = x.to(tl.int64)
+    return x
+
+
+@triton.jit
+def program(NBC, NC, I64: tl.constexpr):
+    """(batch, T-chunk, lane tile) of this program on the 1-D grid: NBC = B x NC programs per
+    lane tile, chunks fastest (one grid dimension: no 65,535 limit on any of them)."""
+    pid = tl.program_id(0)
+    bc = pid % NBC
+    return idx(bc // NC, I64), idx(bc % NC, I64), idx(pid // NBC, I64)
+
+
+@triton.jit
+def when(cond, mask):
+    """The block ``mask`` where the scalar ``cond`` holds, else all False (built as a block:
+    Triton 3.9's interpreter refuses a block mask ``&``-ed with a scalar)."""
+    return tl.where(cond, mask, False)

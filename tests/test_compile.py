@@ -1,0 +1,187 @@
+"""torch.compile and friends: the kernels' custom ops as AOTAutograd and inductor see them.
+
+On the CPU the joint forward + backward is traced with fake tensors, as AOTAutograd does
+under inductor (the eager backend never traces the backward); on a GPU every op and mixer
+is compiled with inductor (also dynamic, and under CUDA graphs) and compared with eager.
+"""
+import pytest
+import torch
+from functorch.compile import aot_function, aot_module, default_partition, make_boxed_func
+
+import scankit
+from scankit.bench.cases import OPS, SHAPES
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+gpu = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")
+SMALL = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "linear_scan_state": dict(B=2, D=5),
+         "matrix_scan": dict(B=2, n=3), "matrix_affine_scan": dict(B=2, n=2, k=4, v=2)}
+CUSTOM_OPS = {"parallel_scan_log": "log_scan", "linear_scan": "linear_scan", "linear_scan_state": "linear_scan",
+              "matrix_scan": "affine_scan", "matrix_affine_scan": "affine_scan"}
+MIXERS = {
+    "MinGRU": (lambda: scankit.MinGRU(5, 6), "log_scan"),
+    "SignedMinGRU": (lambda: scankit.SignedMinGRU(5, 6, decay=True), "linear_scan"),
+    "RotationMinGRU": (lambda: scankit.RotationMinGRU(5, 6, decay=True), "rotation_scan"),
+    "GivensMinGRU": (lambda: scankit.GivensMinGRU(5, 16, block_size=8, rounds=2), "rotation_scan"),
+}
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def op_loss(op_name):
+    def loss(*args):
+        return sum(o.float().sum() for o in as_tuple(OPS[op_name].fn(*args)))
+    return loss
+
+
+class Joint:
+    """AOTAutograd compilers that record the joint forward + backward graph (traced with
+    fake tensors) and run the partitioned graphs as they are."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def partition(self, joint, inputs, **kwargs):
+        self.graphs.append(joint)
+        return default_partition(joint, inputs, **kwargs)
+
+    @staticmethod
+    def run(gm, _):
+        return make_boxed_func(gm.forward)
+
+    def targets(self):
+        return {str(n.target) for g in self.graphs for n in g.graph.nodes if n.op == "call_function"}
+
+
+@pytest.fixture
+def kernels_only(monkeypatch):
+    """MINGRU_SCAN=triton; AOTAutograd keeps the kernels' custom ops as graph nodes (its
+    decomposition of a triton_op into its kernels needs a GPU build of them)."""
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    with torch._functorch.config.patch(decompose_custom_triton_ops=False):
+        yield
+
+
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_joint_trace_runs_the_backward_op(op_name, seed, kernels_only):
+    """AOTAutograd traces forward and backward with fake tensors: the backward must be the
+    registered backward op (a kernel run on fake tensors fails: it has no data), and the
+    compiled function's grads are eager's."""
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], T=9), device=DEVICE, seed=seed)]
+    joint = Joint()
+    compiled = aot_function(op_loss(op_name), fw_compiler=joint.run, bw_compiler=joint.run,
+                            partition_fn=joint.partition)
+    grads = torch.autograd.grad(compiled(*xs), xs)
+    name = CUSTOM_OPS[op_name]
+    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
+    for g, r in zip(grads, torch.autograd.grad(op_loss(op_name)(*xs), xs)):
+        torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("mixer", list(MIXERS))
+def test_joint_trace_of_mixers(mixer, seed, kernels_only):
+    torch.manual_seed(seed)
+    make, name = MIXERS[mixer]
+    module = make().to(DEVICE)
+    x = torch.randn(2, 9, 5, device=DEVICE)
+    kwargs = {"delta_t": torch.rand(2, 9, device=DEVICE)} if getattr(module, "decay", None) is not None else {}
+    joint = Joint()
+    compiled = aot_module(module, fw_compiler=joint.run, bw_compiler=joint.run, partition_fn=joint.partition)
+    out = compiled(x, **kwargs)
+    grads = torch.autograd.grad(out.sum(), list(module.parameters()))
+    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
+    ref = torch.autograd.grad(module(x, **kwargs).sum(), list(module.parameters()))
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_torch_compile_fullgraph(op_name, seed, monkeypatch):
+    """torch.compile traces a function calling the op with no graph break (on the CPU the
+    graph runs with the eager backend, on the GPU through inductor)."""
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    op = OPS[op_name]
+    dims = op.dims_at(SHAPES["lab"]) if DEVICE == "cuda" else dict(SMALL[op_name], T=9)
+    xs = [x.requires_grad_() for x in op.inputs(dims, device=DEVICE, seed=seed)]
+    torch._dynamo.reset()
+    compiled = torch.compile(op_loss(op_name), fullgraph=True, backend="inductor" if DEVICE == "cuda" else "eager")
+    grads = torch.autograd.grad(compiled(*xs), xs)
+    for g, r in zip(grads, torch.autograd.grad(op_loss(op_name)(*xs), xs)):
+        torch.testing.assert_close(g, r)
+
+
+def test_double_backward_raises_instead_of_dropping_terms(seed, monkeypatch):
+    """The kernels' backward is not differentiable: a second derivative through it raises
+    (eager would give it; the kernel's first derivative has no graph)."""
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    for op_name in ("parallel_scan_log", "linear_scan_state", "matrix_scan"):
+        xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], T=9), device=DEVICE, seed=seed)]
+        grads = torch.autograd.grad(op_loss(op_name)(*xs), xs, create_graph=True)
+        with pytest.raises(RuntimeError, match="not differentiable"):
+            torch.autograd.grad(sum((g * g).sum() for g in grads), xs)
+        grads = torch.autograd.grad(op_loss(op_name)(*xs), xs, create_graph=True)
+        with pytest.raises(RuntimeError, match="not differentiable"):  # not a silent partial answer
+            torch.autograd.grad(sum((g * g).sum() for g in grads) + sum(x.sum() for x in xs), xs)
+
+
+# GPU: inductor compiles of every op and mixer, fwd+bwd, against eager -----------------
+
+MODES = {"default": dict(), "dynamic": dict(dynamic=True), "cudagraphs": dict(mode="reduce-overhead")}
+
+
+@gpu
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_inductor_op_fwd_bwd(op_name, mode, seed, monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    torch._dynamo.reset()
+    compiled = torch.compile(op_loss(op_name), fullgraph=True, **MODES[mode])
+    for T in (13, 257):  # a second shape: dynamic=True must take it without a wrong result
+        xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), T=T),
+                                                                device=DEVICE, seed=seed + T)]
+        for _ in range(2 if mode == "cudagraphs" else 1):  # CUDA graphs: recorded, then replayed
+            loss = compiled(*xs)
+            grads = torch.autograd.grad(loss, xs)
+        ref = op_loss(op_name)(*xs)
+        torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
+        for g, r in zip(grads, torch.autograd.grad(ref, xs)):
+            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+
+
+@gpu
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mixer", list(MIXERS))
+def test_inductor_mixer_fwd_bwd(mixer, mode, seed, monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    torch.manual_seed(seed)
+    module = MIXERS[mixer][0]().to(DEVICE)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True, **MODES[mode])
+    params = list(module.parameters())
+    for T in (13, 257):
+        x = torch.randn(4, T, 5, device=DEVICE)
+        kwargs = {"delta_t": torch.rand(4, T, device=DEVICE)} if module.decay is not None else {}
+        for _ in range(2 if mode == "cudagraphs" else 1):
+            out = compiled(x, **kwargs)
+            grads = torch.autograd.grad(out.square().sum(), params)
+        ref = module(x, **kwargs)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        for g, r in zip(grads, torch.autograd.grad(ref.square().sum(), params)):
+            torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+def test_inductor_stack_fwd_bwd(seed, monkeypatch):
+    """A whole MinGRUStack (every mixer kind) under inductor, fwd+bwd, against eager."""
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    torch.manual_seed(seed)
+    model = scankit.MinGRUStack(16, depth=4, mixer=["mingru", "signed", "rotation", "givens"]).to(DEVICE)
+    x = torch.randn(4, 100, 16, device=DEVICE)
+    torch._dynamo.reset()
+    out = torch.compile(model, fullgraph=True)(x)
+    grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    ref = model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    for g, r in zip(grads, torch.autograd.grad(ref.square().sum(), list(model.parameters()))):
+        torch.testing.assert_close(g, r, rtol=1e-3, atol=1e-3)
