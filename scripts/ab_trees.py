@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""A/B the Triton kernels of two source trees on one GPU: the same cells, each tree in its
+own fresh process, alternating A B A B, so drift between runs shows as the A-A spread.
+
+    python scripts/ab_trees.py BASELINE_TREE [CANDIDATE_TREE=.] [--rounds 2] [--out FILE]
+
+A tree is a directory holding a ``scankit`` package (e.g. ``git archive REV | tar -x -C DIR``).
+Times are ``triton.testing.do_bench`` medians (us); fwd+bwd takes a fixed random grad output
+per output (no ``sum()`` loss). Each cell's outputs are checked against the baseline's (max
+relative difference) in the same run. Prints one table: baseline, candidate, ratio, spread.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CELLS = [  # (op, (B, T, width...), direction)
+    ("parallel_scan_log", (32, 4096, 1024), "fwd"), ("parallel_scan_log", (32, 4096, 1024), "fwdbwd"),
+    ("parallel_scan_log", (1, 65536, 1024), "fwd"), ("parallel_scan_log", (1, 65536, 1024), "fwdbwd"),
+    ("parallel_scan_log", (16, 1024, 64), "fwdbwd"), ("parallel_scan_log", (128, 64, 64), "fwdbwd"),
+    ("linear_scan_state", (32, 4096, 1024), "fwd"), ("linear_scan_state", (32, 4096, 1024), "fwdbwd"),
+    ("linear_scan_state", (1, 65536, 1024), "fwd"), ("linear_scan_state", (1, 65536, 1024), "fwdbwd"),
+    ("linear_scan", (32, 4096, 1024), "fwd"), ("linear_scan", (128, 64, 64), "fwdbwd"),
+    ("matrix_scan", (32, 4096, 128), "fwd"), ("matrix_scan", (32, 4096, 128), "fwdbwd"),
+    ("matrix_affine_scan", (32, 4096, 32), "fwd"), ("matrix_affine_scan", (128, 64, 8), "fwdbwd"),
+]
+
+WORKER = r"""
+import json, sys, torch, triton.testing
+sys.path.insert(0, sys.argv[1])
+import scankit
+from scankit.bench.cases import OPS
+cells, out = json.loads(sys.argv[2]), {}
+for op_name, shape, direction in cells:
+    names = ("B", "T", "D") if "matrix" not in op_name else ("B", "T", "n")
+    dims = dict(zip(names, shape))
+    if op_name == "matrix_affine_scan":
+        dims.update(k=8, v=1)
+    xs = [x.requires_grad_(direction == "fwdbwd") for x in OPS[op_name].inputs(dims, device="cuda", seed=0)]
+    fn = OPS[op_name].fn
+    with torch.no_grad():
+        ref = fn(*xs)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    if direction == "fwd":
+        def run():
+            with torch.no_grad():
+                return fn(*xs)
+    else:
+        gen = torch.Generator("cuda").manual_seed(1)
+        cots = [torch.randn(r.shape, device="cuda", dtype=r.dtype, generator=gen) for r in ref]
+        def run():
+            o = fn(*xs)
+            return torch.autograd.grad(o if isinstance(o, tuple) else (o,), xs, cots)
+    us = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median") * 1e3
+    res = run()
+    res = res if isinstance(res, tuple) else (res,)
+    out[f"{op_name} {shape} {direction}"] = dict(us=us, check=[float(t.float().abs().sum()) for t in res])
+    del xs, ref, res
+    torch.cuda.empty_cache()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def measure(tree: str) -> dict:
+    env = dict(os.environ, MINGRU_SCAN="triton", PYTHONPATH="")
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(Path(tree).resolve()), json.dumps(CELLS)],
+                          capture_output=True, text=True, env=env)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode or not line:
+        raise SystemExit(f"ab_trees: {tree} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(line[0][len("RESULT "):])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("baseline")
+    parser.add_argument("candidate", nargs="?", default=".")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    runs = {"A": [], "B": []}
+    for _ in range(args.rounds):
+        runs["A"].append(measure(args.baseline))
+        runs["B"].append(measure(args.candidate))
+    rows = []
+    for cell in runs["A"][0]:
+        a = [r[cell]["us"] for r in runs["A"]]
+        b = [r[cell]["us"] for r in runs["B"]]
+        ca, cb = runs["A"][0][cell]["check"], runs["B"][0][cell]["check"]
+        diff = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(ca, cb))
+        rows.append(dict(cell=cell, baseline_us=statistics.median(a), candidate_us=statistics.median(b),
+                         ratio=statistics.median(b) / statistics.median(a),
+                         spread_a=max(a) / min(a), spread_b=max(b) / min(b), rel_diff_of_sums=diff))
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(runs=runs, rows=rows), indent=1))
+    print(f"{'cell':58s} {'base us':>10s} {'cand us':>10s} {'ratio':>6s} {'A spr':>6s} {'B spr':>6s} {'diff':>8s}")
+    for r in rows:
+        print(f"{r['cell']:58s} {r['baseline_us']:10.1f} {r['candidate_us']:10.1f} {r['ratio']:6.3f} "
+              f"{r['spread_a']:6.3f} {r['spread_b']:6.3f} {r['rel_diff_of_sums']:8.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

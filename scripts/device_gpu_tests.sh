@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# On the GPU machine (repo root): the GPU tests, what CI cannot run. Kernels, fused mixers,
+# torch.compile with inductor (also dynamic=True and CUDA graphs), edges (grid limits, syncs),
+# then more than 2^31 elements per kernel family on their own (memory). Logs under $OUT.
+#   bash scripts/device_gpu_tests.sh [pytest -k expression]
+set -uo pipefail
+out=${OUT:-/tmp/scankit-gpu-tests}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
+  git rev-parse HEAD 2>/dev/null || true; } | tee "$out/gpu.txt"
+sel=(${1:+-k "$1"})
+python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 480 --durations=10 "${sel[@]}" \
+  tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py \
+  tests/test_dispatch.py tests/test_validation.py 2>&1 | tee "$out/gpu-tests.log"
+first=${PIPESTATUS[0]}
+python3 -m pytest -q -p no:cacheprovider --timeout 480 --durations=10 "${sel[@]}" tests/test_big.py 2>&1 \
+  | tee "$out/gpu-tests-big.log"
+second=${PIPESTATUS[0]}
+echo "gpu tests: exit $first, > 2^31 tests: exit $second"
+exit $(( first || second ))
