@@ -10,7 +10,11 @@ MACHINE      ?= h200
 
 PORT         ?= 8080
 
-.PHONY: test venv clean bench render dashboard
+# The tests that run Triton kernels (through the interpreter on a CPU)
+KERNEL_TESTS := tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py
+NEWEST       ?= .venv-newest
+
+.PHONY: test test-newest-triton venv clean bench render dashboard
 
 venv: $(STAMP)
 
@@ -24,6 +28,17 @@ $(STAMP): setup.cfg pyproject.toml requirements-test.txt
 ## test: CPU test suite; Triton kernels run through TRITON_INTERPRET=1
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto --dist loadgroup tests
+
+## test-newest-triton: the kernel tests again with the newest triton (and numpy) the index serves,
+## beside the same CPU torch (its wheel pins no triton): what a user who upgrades gets
+test-newest-triton:
+	$(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install -q --upgrade pip
+	$(NEWEST)/bin/python -m pip install -q torch==2.13.0 pytest pytest-xdist hypothesis
+	$(NEWEST)/bin/python -m pip install -q --upgrade triton numpy
+	$(NEWEST)/bin/python -m pip install -q --no-deps -e .
+	@$(NEWEST)/bin/python -c "import torch, triton, numpy; print('newest: triton', triton.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)"
+	TRITON_INTERPRET=1 $(NEWEST)/bin/python -m pytest -q -n auto $(KERNEL_TESTS)
 
 ## bench: the asv suite on the current commit (CUDA machine), then render experiments/bench/
 bench:
@@ -43,9 +58,9 @@ render:
 
 ## dashboard: the committed history as asv's HTML dashboard, assets vendored (works offline), on localhost
 dashboard: $(STAMP)
-	$(PY) tools/dashboard/publish.py --html-dir .asv/html
+	$(PY) -m asv publish
 	@echo "dashboard: http://127.0.0.1:$(PORT)/   (Ctrl-C stops it)"
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory .asv/html
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(NEWEST) .pytest_cache .hypothesis

@@ -77,7 +77,7 @@ def test_every_kernel_launch_is_one_dimensional(monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     monkeypatch.setattr(common, "launch", recording)
     for op_name, dims in [("parallel_scan_log", dict(B=3, T=150, D=40)), ("linear_scan", dict(B=1, T=150, D=5)),
-                          ("matrix_scan", dict(B=3, T=40, n=20)), ("matrix_affine_scan", dict(B=3, T=40, n=5, k=4, v=2))]:
+                          ("matrix_scan", dict(B=3, T=300, n=20)), ("matrix_affine_scan", dict(B=3, T=40, n=5, k=4, v=2))]:
         xs = [x.requires_grad_() for x in OPS[op_name].inputs(dims, device=DEVICE)]
         torch.autograd.grad(sum(o.sum() for o in as_tuple(OPS[op_name].fn(*xs))), xs)
     mixer = scankit.GivensMinGRU(5, 16, block_size=8, rounds=2).to(DEVICE)

@@ -82,6 +82,43 @@ def test_runs_a_commit_in_parts_and_merges_them_whole(tmp_path):
 def test_a_part_past_its_time_limit_is_stopped(tmp_path):
     out = history("HEAD", "--machine", "smoke", "--gpus", "0,1", "--results-dir", str(tmp_path / "results"),
                   "--timeout", "1", SCANKIT_BENCH_SMOKE="1", TRITON_INTERPRET="1", HOME=str(tmp_path))
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 1, out.stderr[-2000:]  # nothing finished: nothing filed, said so
     assert "stopped at the 1 s limit" in out.stdout and "no result produced" in out.stdout
     assert len(git("worktree", "list").splitlines()) == 1, "the worktree was left behind"
+
+
+def test_refuses_a_machine_without_cuda(tmp_path):
+    """A run on a machine that cannot run the suite must not file an all-empty result."""
+    if subprocess.run([sys.executable, "-c", "import sys, torch; sys.exit(torch.cuda.is_available())"]).returncode:
+        pytest.skip("this machine has CUDA")
+    results = tmp_path / "results"
+    out = history("HEAD", "--results-dir", str(results), SCANKIT_BENCH_SMOKE="0")
+    assert out.returncode == 2 and "sees no CUDA device" in out.stderr, out.stdout + out.stderr
+    assert not results.exists()
+
+
+def test_smoke_runs_never_file_into_the_committed_database():
+    out = history("HEAD", SCANKIT_BENCH_SMOKE="1")
+    assert out.returncode == 2 and "never files into the committed database" in out.stderr
+
+
+def test_a_result_where_every_benchmark_failed_is_not_filed(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from run_history import merge
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    staged = tmp_path / "stage" / "results" / "m"
+    staged.mkdir(parents=True)
+    (staged / "machine.json").write_text("{}")
+    columns = ["result", "params", "version"]
+    result = dict(commit_hash=commit, result_columns=columns,
+                  results={"bench_scans.Scans.track_time": [[None, None], [["'lab'", "'large'"]], "v"],
+                           "bench_scans.track_copy_bandwidth": [None, [], "v"]})
+    (staged / f"{commit[:8]}-existing.json").write_text(json.dumps(result))
+    database = tmp_path / "database"
+    assert merge(tmp_path / "stage", database, "m", commit).startswith("not filed")
+    assert not (database / "m").exists()
+    result["results"]["bench_scans.track_copy_bandwidth"] = [4.2e12, [], "v"]
+    (staged / f"{commit[:8]}-existing.json").write_text(json.dumps(result))
+    assert merge(tmp_path / "stage", database, "m", commit) == "partial"
+    assert (database / "m" / f"{commit[:8]}-existing.json").exists()

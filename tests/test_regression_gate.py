@@ -52,6 +52,17 @@ def test_identical_results_pass(results):
     assert "0 changed, 0 regressions" in out.stdout
 
 
+def test_a_machine_with_no_runs_is_ignored(results):
+    """A failed `asv run` leaves results/<host>/machine.json alone: the one machine with runs
+    is still picked without --machine."""
+    results_dir, _, base = results
+    (results_dir / "some-host").mkdir()
+    (results_dir / "some-host" / "machine.json").write_text(json.dumps({"machine": "some-host", "version": 1}))
+    base_hash = file_head(results_dir, base, lambda run: None)
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 0 and "h200:" in out.stdout, out.stdout + out.stderr
+
+
 def test_injected_slowdown_fails_naming_the_benchmark(results):
     results_dir, _, base = results
     base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 0, factor=1.5))

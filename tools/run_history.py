@@ -36,6 +36,14 @@ def git(*args, cwd=ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+DATABASE = ROOT / "experiments" / "asv" / "results"
+
+
+def sees_cuda(python: str) -> bool:
+    return subprocess.run([python, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"],
+                          capture_output=True).returncode == 0
+
+
 def commits(rev_range: str) -> list[str]:
     return git("rev-list", "--reverse", "--first-parent", rev_range).split() if ".." in rev_range \
         else [git("rev-parse", rev_range)]
@@ -98,6 +106,7 @@ def measure(commit: str, machine: str, python: str, bench: str | None, stage: Pa
         asv = [python, "-m", "asv"]
         conf.update(repo=str(ROOT), benchmark_dir=str(tree / "benchmarks"), results_dir=str(stage / "results"),
                     env_dir=str(stage / "env"), html_dir=str(stage / "html"))
+        conf.pop("plugins", None)  # publishing plugins, imported relative to the repository root
         (stage / "asv.conf.json").write_text(json.dumps(conf))
         subprocess.run(asv + ["machine", "--yes", "--machine", machine], cwd=stage, env=env, check=True)
         if bench or not gpus or len(gpus) < 2:
@@ -153,11 +162,23 @@ def newest(results_dir: Path, machine: str, commit: str) -> bool:
     return True
 
 
+def measured_anything(path: Path) -> bool:
+    """Whether an asv result file holds at least one value (a run on a machine that could not
+    run the suite records every benchmark as failed)."""
+    from scankit.bench.asv_results import values
+
+    run = json.loads(path.read_text())
+    return any(v is not None for name in run.get("results", {}) for v in values(run, name).values())
+
+
 def merge(stage: Path, results_dir: Path, machine: str, commit: str) -> str:
-    """Move the staged result into the database unless that would replace a complete one."""
+    """Move the staged result into the database unless that would replace a complete one;
+    never a result in which every benchmark failed."""
     staged = result_files(stage / "results", machine, commit)
     if not staged:
         return "no result produced"
+    if not any(measured_anything(p) for p in staged):
+        return "not filed: every benchmark failed (no value recorded)"
     had_complete = complete(results_dir, machine, commit)
     staged_complete = complete(stage / "results", machine, commit)
     if had_complete and not staged_complete:
@@ -193,15 +214,25 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus", help="comma-separated GPU ids: the suite shared out over them, one asv per GPU")
     parser.add_argument("--timeout", type=float, help="seconds each asv process may run (what finished is kept)")
     parser.add_argument("--log-dir", help="write each asv process's output to DIR/COMMIT-partN.log")
-    parser.add_argument("--results-dir", default=str(ROOT / "experiments" / "asv" / "results"))
+    parser.add_argument("--results-dir", default=str(DATABASE))
     parser.add_argument("--dry-run", action="store_true", help="say what would run")
     args = parser.parse_args(argv)
     results_dir = Path(args.results_dir)
+    smoke = os.environ.get("SCANKIT_BENCH_SMOKE", "0") not in ("", "0")
+    if smoke and results_dir.resolve() == DATABASE.resolve():
+        print("run_history: SCANKIT_BENCH_SMOKE=1 (CPU smoke shapes) never files into the committed database; "
+              "give --results-dir", file=sys.stderr)
+        return 2
+    if not smoke and not args.dry_run and not sees_cuda(args.python):
+        print(f"run_history: {args.python} sees no CUDA device (or has no torch); the suite times and checks "
+              "the kernels on a GPU (README: Running the benchmarks on a GPU machine)", file=sys.stderr)
+        return 2
     try:
         todo = commits(args.rev_range)
     except subprocess.CalledProcessError as exc:
         print(f"run_history: bad range {args.rev_range!r}: {exc.stderr.strip()}", file=sys.stderr)
         return 2
+    failed = False
     for commit in todo:
         label = f"{commit[:12]} {git('log', '-1', '--format=%s', commit)[:60]}"
         if complete(results_dir, args.machine, commit):
@@ -217,8 +248,10 @@ def main(argv=None) -> int:
             measure(commit, args.machine, args.python, args.bench, Path(tmp),
                     gpus=args.gpus.split(",") if args.gpus else None, timeout=args.timeout,
                     log_dir=Path(args.log_dir) if args.log_dir else None)
-            print(f"done  {label}: {merge(Path(tmp), results_dir, args.machine, commit)}")
-    return 0
+            outcome = merge(Path(tmp), results_dir, args.machine, commit)
+            print(f"done  {label}: {outcome}")
+            failed = failed or outcome.startswith(("not filed", "no result"))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

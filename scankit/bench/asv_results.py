@@ -16,7 +16,9 @@ class ResultsError(Exception):
 
 
 def machines(results_dir: Path) -> list[str]:
-    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
+    """Machines with at least one run (a failed ``asv run`` leaves a machine.json alone)."""
+    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json")
+                  if any(q.name != "machine.json" for q in p.parent.glob("*.json")))
 
 
 def resolve(rev: str) -> str:

@@ -31,7 +31,7 @@ import triton.language as tl
 from torch.library import triton_op
 
 from . import common
-from .lang import program as _program, when as _when, idx as _idx
+from .lang import idx, program, when
 from .common import cdiv, empty_like_shape as _empty, needs_int64, num_chunks, tiles
 
 # The log op's linear-space tiles: |log values| and carry - log values at most this (module doc)
@@ -129,7 +129,7 @@ def _fwd_kernel(
     SUMMARY: each chunk's (product of a, state from zero) into (B, NC, D); for the log op
     (sum of log a, log state from zero) into slots 1.. of a (B, NC + 1, D) buffer whose
     slot 0 gets log h_0 (the carry scan's inputs). OUT_LOG: the log op writes log h."""
-    bi, ci, di = _program(NBC, NC, I64)
+    bi, ci, di = program(NBC, NC, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK  # this chunk: rows t_lo .. t_lo + CHUNK - 1 that are < T
@@ -142,7 +142,7 @@ def _fwd_kernel(
         prod = tl.full((BLOCK_D,), 1.0, tl.float32)
     if SUMMARY:
         if LOG:
-            tl.store(out_h_ptr + bi * (NC + 1) * D + d, ell, mask=_when(ci == 0, dmask))
+            tl.store(out_h_ptr + bi * (NC + 1) * D + d, ell, mask=when(ci == 0, dmask))
             ell = tl.full((BLOCK_D,), float("-inf"), tl.float32)
         else:
             h = tl.zeros((BLOCK_D,), tl.float32)
@@ -258,7 +258,7 @@ def _lookback_program(status_ptr, NBD, ND, I64: tl.constexpr):
     predecessor of a tile has started before it."""
     v = tl.atomic_add(status_ptr, 1).to(tl.int32)
     c = v % NBD
-    return _idx(v // NBD, I64), _idx(c // ND, I64), _idx(c % ND, I64)
+    return idx(v // NBD, I64), idx(c // ND, I64), idx(c % ND, I64)
 
 
 @triton.jit
@@ -280,7 +280,7 @@ def _fwd_lookback_kernel(
     a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
-    init_h = _initial_state(h0_ptr, bi, d, _when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
+    init_h = _initial_state(h0_ptr, bi, d, when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
     words = status_ptr + 1
     carry_a, carry_h = _carry_in(words, words + STRIDE_T * tl.cdiv(T, BLOCK_T), ti, STRIDE_T, bi * D + d, dmask,
                                  tot_a, tot_h, init_h, BLOCK_D, WINDOW, PREFIX_EVERY)
@@ -324,7 +324,7 @@ def _bwd_kernel(
 ):
     """Backward of the linear recurrence over this program's chunk, t descending. SUMMARY:
     each chunk's (product of a_{t+1}, g^ from zero) and the prefix grad's."""
-    bi, ci, di = _program(NBC, NC, I64)
+    bi, ci, di = program(NBC, NC, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
@@ -368,7 +368,7 @@ def _bwd_kernel(
             tl.store(carry_a_ptr + side, ga, mask=dmask)
     elif HAS_H0:  # dL/dh_0 = a_0 g^_0 (g: g^ at row 0 once chunk 0 is walked)
         a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-        tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=_when(ci == 0, dmask))
+        tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=when(ci == 0, dmask))
 
 
 @triton.jit
@@ -394,9 +394,10 @@ def _log_bwd_kernel(
     the row after the current tile. A tile runs the linear backward (a = exp(log_coeffs),
     b = exp(log_values); dlog_a = g^ a_t h_{t-1}, dlog_b = g^ b_t) where that is exact:
     decays only, log values and the states it divides by within e^+-LOG_RANGE; else the
-    bounded recurrence of the shares (module doc). SUMMARY: each chunk's (product of the
+    bounded recurrence of the shares (module doc). (A decay below e^-LOG_RANGE would underflow
+    in a_t h_{t-1} next to a large h_{t-1}.) SUMMARY: each chunk's (product of the
     carry's coefficients, q from zero); the main pass's chunk carry is q."""
-    bi, ci, di = _program(NBC, NC, I64)
+    bi, ci, di = program(NBC, NC, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
@@ -427,11 +428,11 @@ def _log_bwd_kernel(
         hp = tl.load(h_ptr + off - D, mask=prv, other=1.0).to(tl.float32)
         hp = tl.where(first, tl.exp(lh0)[None, :], hp)  # h_{t-1}
         # the states the linear form divides by: after the tile (q -> g^) and its first row (g^ -> q)
-        h_after = tl.load(h_ptr + base + (top + 1) * D, mask=_when(top + 1 < T, dmask[None, :]), other=1.0)
-        h_first = tl.load(h_ptr + base + (top - BLOCK_T + 1) * D, mask=_when(top - BLOCK_T + 1 < T, dmask[None, :]),
+        h_after = tl.load(h_ptr + base + (top + 1) * D, mask=when(top + 1 < T, dmask[None, :]), other=1.0)
+        h_first = tl.load(h_ptr + base + (top - BLOCK_T + 1) * D, mask=when(top - BLOCK_T + 1 < T, dmask[None, :]),
                           other=1.0)
         h_after, h_first = tl.sum(h_after.to(tl.float32), axis=0), tl.sum(h_first.to(tl.float32), axis=0)
-        risk = tl.maximum(tl.maximum(lc, lc_next), tl.abs(lv) - LOG_RANGE)
+        risk = tl.maximum(tl.maximum(lc, lc_next), tl.maximum(tl.abs(lv), -lc) - LOG_RANGE)
         risk = tl.where(mask & ~_in_range(hp), 1.0, tl.where(mask, risk, -1.0))
         edges = tl.where(dmask & ~(_in_range(h_after) & _in_range(h_first)), 1.0, -1.0)
         if tl.maximum(tl.max(tl.max(risk, axis=0), axis=0), tl.max(edges, axis=0)) <= 0.0:
@@ -504,13 +505,13 @@ def _bwd_lookback_kernel(
                           _last_row(ua_run, BLOCK_T), zero, BLOCK_D, WINDOW, PREFIX_EVERY)
         gahat = c_run * ga[None, :] + ua_run
     last = tr == n_tiles - 1  # the tile holding t = 0
-    h0 = _initial_state(h0_ptr, bi, d, _when(last, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
+    h0 = _initial_state(h0_ptr, bi, d, when(last, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
     _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
                   sa_b, sa_d, HAS_GA)
     if HAS_H0:  # dL/dh_0 = a_0 g^_0
         a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
-                 mask=_when(last, dmask))
+                 mask=when(last, dmask))
 
 
 def _strides3(x):

@@ -1,23 +1,24 @@
-#!/usr/bin/env python3
-"""`asv publish` the committed results, then make the pages work offline.
+"""An asv plugin (``asv.conf.json``: ``"plugins": [".tools.dashboard.offline"]``): plain
+``asv publish``, run from the repository root, writes a dashboard that works offline.
 
 asv's pages load jQuery, flot, bootstrap and friends from CDNs, so on a machine with no
-internet (a GPU cluster) the dashboard is blank. This copies the pinned, vendored files
-(tools/dashboard/vendor, checked against SHA256SUMS) next to the pages and points the pages
-at them; it fails if any page would still load something from off the machine.
+internet (a GPU cluster) the dashboard is blank. After asv writes its pages, this copies the
+pinned, vendored files (tools/dashboard/vendor, checked against SHA256SUMS) next to them and
+points the pages at them; publishing fails if any page would still load something from off
+the machine.
 """
-import argparse
 import base64
 import hashlib
 import json
+import math
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
+from asv.console import log
+from asv.publishing import OutputPublisher
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 REMOTE = re.compile(r'<(?:script|link|img)\b[^>]*(?:src|href)="(https?:)?//[^"]*"', re.I)
 
 
@@ -63,16 +64,12 @@ def localize(html_dir: Path) -> list[Path]:
     return pages
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--html-dir", default=str(ROOT / ".asv" / "html"))
-    args = parser.parse_args(argv)
-    html = Path(args.html_dir)
-    subprocess.run([sys.executable, "-m", "asv", "publish", "--html-dir", str(html)], cwd=ROOT, check=True)
-    pages = localize(html)
-    print(f"dashboard: {html} ({len(pages)} pages, assets from tools/dashboard/vendor)")
-    return 0
+class OfflineAssets(OutputPublisher):
+    """The last step of ``asv publish``: vendor the pages' assets (no page of its own)."""
 
+    order = math.inf
 
-if __name__ == "__main__":
-    sys.exit(main())
+    @classmethod
+    def publish(cls, conf, repo, benchmarks, graphs, revisions):
+        pages = localize(Path(conf.html_dir))
+        log.info(f"{len(pages)} pages point at tools/dashboard/vendor's copies: the dashboard works offline")
