@@ -77,6 +77,7 @@ def test_every_kernel_launch_is_one_dimensional(monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     monkeypatch.setattr(common, "launch", recording)
     for op_name, dims in [("parallel_scan_log", dict(B=3, T=150, D=40)), ("linear_scan", dict(B=1, T=150, D=5)),
+                          ("linear_scan_state", dict(B=3, T=40, D=40)),
                           ("matrix_scan", dict(B=3, T=300, n=20)), ("matrix_affine_scan", dict(B=3, T=40, n=5, k=4, v=2))]:
         xs = [x.requires_grad_() for x in OPS[op_name].inputs(dims, device=DEVICE)]
         torch.autograd.grad(sum(o.sum() for o in as_tuple(OPS[op_name].fn(*xs))), xs)
@@ -84,7 +85,8 @@ def test_every_kernel_launch_is_one_dimensional(monkeypatch):
     mixer(torch.randn(3, 9, 5, device=DEVICE)).sum().backward()
     assert all(len(g) == 1 for _, g in grids), grids
     names = {n for n, _ in grids}
-    assert {"elementwise._fwd_kernel", "elementwise._log_bwd_kernel", "elementwise._fwd_lookback_kernel",
+    assert {"elementwise._fwd_kernel", "elementwise._log_fwd_kernel", "elementwise._log_bwd_kernel",
+            "elementwise._fwd_lookback_kernel",
             "affine._fwd_kernel", "affine._bwd2_kernel", "givens._fwd_kernel", "givens._bwd_kernel"} <= names, names
 
 

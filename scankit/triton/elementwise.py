@@ -36,6 +36,7 @@ from .common import cdiv, empty_like_shape as _empty, needs_int64, num_chunks, t
 
 # The log op's linear-space tiles: |log values| and carry - log values at most this (module doc)
 LOG_RANGE = tl.constexpr(60.0)
+LOG_SPAN = tl.constexpr(1.1420073898156842e26)  # e^LOG_RANGE
 
 
 @triton.jit
@@ -90,102 +91,125 @@ def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d
 
 
 @triton.jit
-def _log_tile(lc, lv, h, ell, mask, OUT_LOG: tl.constexpr, BLOCK_T: tl.constexpr):
-    """One tile of the log recurrence from each column's state, as h and as ell = log h:
-    (the tile's h, or log h with OUT_LOG; h and log h of its last row). Linear space where
-    exact (module doc), from h, so runs of such tiles never round-trip the state through
-    log and exp; else log space, from ell."""
-    fast = False
-    if not OUT_LOG:
-        lvm = tl.maximum(tl.where(mask, lv, 0.0), -1e30)  # b = 0 (log b = -inf): risky, and no inf - inf
-        risk = tl.maximum(tl.maximum(lc, tl.abs(lvm) - LOG_RANGE), ell[None, :] - LOG_RANGE - lvm)
-        fast = tl.max(tl.max(risk, axis=0), axis=0) <= 0.0
-    if fast:
-        a_run, b_run = tl.associative_scan((tl.exp(lc), tl.exp(lv)), 0, _combine)
-        out = a_run * h[None, :] + b_run
-        h = _last_row(out, BLOCK_T)
-        ell = tl.log(h)
-    else:
-        la_run, lb_run = tl.associative_scan((lc, lv), 0, _combine_log)
-        out = _logaddexp(la_run + ell[None, :], lb_run)
-        ell = _last_row(out, BLOCK_T)
-        h = tl.exp(ell)
-        if not OUT_LOG:
-            out = tl.exp(out)
-    return out, h, ell
-
-
-@triton.jit
 def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_h_ptr, out_a_ptr, out_h_ptr,
     T, D, NC, CHUNK, NBC,
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-    LOG: tl.constexpr, HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr,
-    SUMMARY: tl.constexpr, OUT_LOG: tl.constexpr, I64: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
+    I64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """Main pass: states h (and running products when WRITE_A) of this program's chunk,
-    from h_0, or for chunk ci > 0 from the carry scan's state after chunk ci - 1 (HAS_CARRY).
-    SUMMARY: each chunk's (product of a, state from zero) into (B, NC, D); for the log op
-    (sum of log a, log state from zero) into slots 1.. of a (B, NC + 1, D) buffer whose
-    slot 0 gets log h_0 (the carry scan's inputs). OUT_LOG: the log op writes log h."""
+    """Linear recurrence over this program's chunk. Main pass: states h (and running
+    products when WRITE_A) from h_0, or for chunk ci > 0 from the carry scan's state after
+    chunk ci - 1 (HAS_CARRY). SUMMARY: each chunk's (product of a, state from zero)."""
     bi, ci, di = program(NBC, NC, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK  # this chunk: rows t_lo .. t_lo + CHUNK - 1 that are < T
 
-    if LOG:  # ell = log h beside h; prod: the sum of log a (SUMMARY)
-        ell = tl.load(b_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32)
-        prod = tl.zeros((BLOCK_D,), tl.float32)
-    else:
+    prod = tl.full((BLOCK_D,), 1.0, tl.float32)
+    h = tl.zeros((BLOCK_D,), tl.float32)
+    if not SUMMARY:
         h = _initial_state(h0_ptr, bi, d, dmask, sh_b, sh_d, HAS_H0, BLOCK_D)
-        prod = tl.full((BLOCK_D,), 1.0, tl.float32)
-    if SUMMARY:
-        if LOG:
-            tl.store(out_h_ptr + bi * (NC + 1) * D + d, ell, mask=when(ci == 0, dmask))
-            ell = tl.full((BLOCK_D,), float("-inf"), tl.float32)
-        else:
-            h = tl.zeros((BLOCK_D,), tl.float32)
-    elif HAS_CARRY:
-        if ci > 0:
-            slot = (bi * NC + ci - 1) * D + d
-            if LOG:
-                ell = tl.load(carry_h_ptr + slot, mask=dmask, other=float("-inf"))
-            else:
+        if HAS_CARRY:
+            if ci > 0:
+                slot = (bi * NC + ci - 1) * D + d
                 h = tl.load(carry_h_ptr + slot, mask=dmask, other=0.0)
                 if WRITE_A:
                     prod = tl.load(carry_a_ptr + slot, mask=dmask, other=1.0)
-    if LOG:
-        h = tl.exp(ell)
 
     out_base = bi * T * D + d[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG)
-        if LOG:
-            hs, h, ell = _log_tile(a, b, h, ell, mask, OUT_LOG, BLOCK_T)
-            if SUMMARY:
-                prod += tl.sum(a, axis=0)
-        else:
-            a_run, b_run = tl.associative_scan((a, b), 0, _combine)
-            hs = a_run * h[None, :] + b_run
-            h = _last_row(hs, BLOCK_T)
+        a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False)
+        a_run, b_run = tl.associative_scan((a, b), 0, _combine)
+        hs = a_run * h[None, :] + b_run
         if not SUMMARY:
             out_off = out_base + rows[:, None] * D
             tl.store(out_h_ptr + out_off, hs.to(out_h_ptr.dtype.element_ty), mask=mask)
             if WRITE_A:
                 tl.store(out_a_ptr + out_off, (a_run * prod[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
-        if not LOG:
-            if WRITE_A or SUMMARY:
-                prod = prod * _last_row(a_run, BLOCK_T)
+        h = _last_row(hs, BLOCK_T)
+        prod = prod * _last_row(a_run, BLOCK_T)
     if SUMMARY:
         side = (bi * NC + ci) * D + d
         tl.store(out_a_ptr + side, prod, mask=dmask)
-        if LOG:
-            tl.store(out_h_ptr + side + bi * D + D, ell, mask=dmask)
-        else:
-            tl.store(out_h_ptr + side, h, mask=dmask)
+        tl.store(out_h_ptr + side, h, mask=dmask)
+
+
+@triton.jit
+def _risk(mask, x):
+    """An element's risk where it is real (masked elements: none)."""
+    return tl.where(mask, x, -1.0)
+
+
+@triton.jit
+def _log_fwd_kernel(
+    lc_ptr, lv_ptr, carry_ptr, out_ptr, out_l_ptr,
+    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d,
+    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, OUT_LOG: tl.constexpr, I64: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+):
+    """The log op over this program's chunk, from the log state ell_in: log h_0, or for
+    chunk ci > 0 the carry scan's log state after chunk ci - 1 (HAS_CARRY). First the linear
+    walk (a = exp(log a), b = exp(log b)), which also gathers where it is not exact (module
+    doc); if anything was, the chunk again as a log-space scan (logaddexp combine),
+    overwriting. SUMMARY: each chunk's (sum of log a, log state from zero) into out_l (B, NC,
+    D) and slots 1.. of out (B, NC + 1, D), whose slot 0 gets log h_0 (the carry scan's
+    inputs). OUT_LOG: write log h (the carry scan itself, always in log space)."""
+    bi, ci, di = program(NBC, NC, I64)
+    d = di * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    t_lo = ci * CHUNK
+    ell_in = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32)
+    if SUMMARY:
+        tl.store(out_ptr + bi * (NC + 1) * D + d, ell_in, mask=when(ci == 0, dmask))
+        ell_in = tl.full((BLOCK_D,), float("-inf"), tl.float32)
+    elif HAS_CARRY:
+        if ci > 0:
+            ell_in = tl.load(carry_ptr + (bi * NC + ci - 1) * D + d, mask=dmask, other=float("-inf"))
+    out_base = bi * T * D + d[None, :]
+
+    redo = OUT_LOG
+    if not OUT_LOG:
+        h = tl.exp(ell_in)
+        risk = tl.zeros((BLOCK_T, BLOCK_D), tl.float32) + tl.where(ell_in > LOG_RANGE, 1.0, -1.0)[None, :]
+        lsum = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)
+        for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
+            rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
+            mask = (rows < T)[:, None] & dmask[None, :]
+            lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True)
+            b = tl.exp(lv)
+            a_run, b_run = tl.associative_scan((tl.exp(lc), b), 0, _combine)
+            hs = a_run * h[None, :] + b_run
+            if not SUMMARY:
+                tl.store(out_ptr + out_base + rows[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
+            # exact where: decays only, |log b| <= LOG_RANGE, carry <= e^LOG_RANGE b
+            far = tl.where(h[None, :] > LOG_SPAN * b, 1.0, tl.maximum(lc, tl.abs(lv) - LOG_RANGE))
+            risk = tl.maximum(risk, _risk(mask, far))
+            lsum += lc
+            h = _last_row(hs, BLOCK_T)
+        redo = tl.max(tl.max(risk, axis=0), axis=0) > 0.0
+        ell = tl.log(h)
+        lsum = tl.sum(lsum, axis=0)
+    if redo:
+        ell = ell_in
+        lsum = tl.zeros((BLOCK_D,), tl.float32)
+        for j in range(0, CHUNK // BLOCK_T):
+            rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
+            mask = (rows < T)[:, None] & dmask[None, :]
+            lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True)
+            la_run, lb_run = tl.associative_scan((lc, lv), 0, _combine_log)
+            lh = _logaddexp(la_run + ell[None, :], lb_run)
+            if not SUMMARY:
+                out = lh if OUT_LOG else tl.exp(lh)
+                tl.store(out_ptr + out_base + rows[:, None] * D, out.to(out_ptr.dtype.element_ty), mask=mask)
+            ell = _last_row(lh, BLOCK_T)
+            lsum += tl.sum(lc, axis=0)
+    if SUMMARY:
+        side = (bi * NC + ci) * D + d
+        tl.store(out_l_ptr + side, lsum, mask=dmask)
+        tl.store(out_ptr + side + bi * D + D, ell, mask=dmask)
 
 
 @triton.jit
@@ -390,82 +414,105 @@ def _log_bwd_kernel(
     HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """Backward of the log op over this program's chunk, t descending, carrying q = g^ h at
-    the row after the current tile. A tile runs the linear backward (a = exp(log_coeffs),
-    b = exp(log_values); dlog_a = g^ a_t h_{t-1}, dlog_b = g^ b_t) where that is exact:
-    decays only, log values and the states it divides by within e^+-LOG_RANGE; else the
-    bounded recurrence of the shares (module doc). (A decay below e^-LOG_RANGE would underflow
-    in a_t h_{t-1} next to a large h_{t-1}.) SUMMARY: each chunk's (product of the
-    carry's coefficients, q from zero); the main pass's chunk carry is q."""
+    """Backward of the log op over this program's chunk, t descending, from q_in = g^ h at
+    the row after the chunk (the carry; 0 at the end of time). First the linear backward
+    (g^_t = u_t + a_{t+1} g^_{t+1}, dlog_a = g^ a_t h_{t-1}, dlog_b = g^ b_t from
+    g^ = q_in / h there), which also gathers where it is not exact: growing coefficients,
+    decays or log values beyond e^+-LOG_RANGE, states outside e^+-LOG_RANGE; if anything
+    was, the chunk again as the bounded recurrence of the shares (module doc), overwriting.
+    SUMMARY: each chunk's (P, q from zero) with q_start = P q_in + q: the carries are q."""
     bi, ci, di = program(NBC, NC, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
     side = (bi * NC + ci) * D + d
-
-    q = tl.zeros((BLOCK_D,), tl.float32)
-    prod = tl.full((BLOCK_D,), 1.0, tl.float32)
-    if HAS_CARRY:
-        q = tl.load(carry_ptr + side, mask=dmask, other=0.0)
+    base = bi * T * D + d
     lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)  # log h_0
+    q_in = tl.zeros((BLOCK_D,), tl.float32)
+    if HAS_CARRY:
+        q_in = tl.load(carry_ptr + side, mask=dmask, other=0.0)
+    # the states the linear walk divides and multiplies by: after the chunk (q_in -> g^) and
+    # at its first row (g^ -> q)
+    after = t_lo + CHUNK < T
+    h_after = tl.load(h_ptr + base + (t_lo + CHUNK) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
+    h_first = tl.load(h_ptr + base + t_lo * D, mask=dmask, other=1.0).to(tl.float32)
+    edge = dmask & (when(after, ~_in_range(h_after)) | ~_in_range(h_first))
 
-    base = bi * T * D + d[None, :]
+    g = q_in / h_after
+    lsum = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)  # SUMMARY: sum of log a_{t+1} over the chunk
+    risk = tl.zeros((BLOCK_T, BLOCK_D), tl.float32) + tl.where(edge, 1.0, -1.0)[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
-        top = t_lo + CHUNK - 1 - j * BLOCK_T
-        rows = top - tl.arange(0, BLOCK_T)  # descending time; rows top - BLOCK_T + 1 .. top
+        rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
         nxt = (rows + 1 < T)[:, None] & mask
-        prv = (rows >= 1)[:, None] & mask
-        first = (rows == 0)[:, None]
-        off = base + rows[:, None] * D
+        off = base[None, :] + rows[:, None] * D
         a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
+        lc_next = tl.load(lc_ptr + a_off + sa_t, mask=nxt, other=float("-inf")).to(tl.float32)
+        c = tl.where(valid[:, None], tl.exp(lc_next), 1.0)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-        lc_next = tl.load(lc_ptr + a_off + sa_t, mask=nxt, other=0.0).to(tl.float32)
-        lv = tl.load(lv_ptr + bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
-                     other=0.0).to(tl.float32)
-        hp = tl.load(h_ptr + off - D, mask=prv, other=1.0).to(tl.float32)
-        hp = tl.where(first, tl.exp(lh0)[None, :], hp)  # h_{t-1}
-        # the states the linear form divides by: after the tile (q -> g^) and its first row (g^ -> q)
-        h_after = tl.load(h_ptr + base + (top + 1) * D, mask=when(top + 1 < T, dmask[None, :]), other=1.0)
-        h_first = tl.load(h_ptr + base + (top - BLOCK_T + 1) * D, mask=when(top - BLOCK_T + 1 < T, dmask[None, :]),
-                          other=1.0)
-        h_after, h_first = tl.sum(h_after.to(tl.float32), axis=0), tl.sum(h_first.to(tl.float32), axis=0)
-        risk = tl.maximum(tl.maximum(lc, lc_next), tl.maximum(tl.abs(lv), -lc) - LOG_RANGE)
-        risk = tl.where(mask & ~_in_range(hp), 1.0, tl.where(mask, risk, -1.0))
-        edges = tl.where(dmask & ~(_in_range(h_after) & _in_range(h_first)), 1.0, -1.0)
-        if tl.maximum(tl.max(tl.max(risk, axis=0), axis=0), tl.max(edges, axis=0)) <= 0.0:
-            c = tl.where(valid[:, None], tl.where(nxt, tl.exp(lc_next), 0.0), 1.0)
-            c_run, u_run = tl.associative_scan((c, u), 0, _combine)
-            ghat = c_run * (q / h_after)[None, :] + u_run
-            da = ghat * tl.exp(lc) * hp
-            db = ghat * tl.exp(lv)
-            q = _last_row(ghat, BLOCK_T) * h_first
-            step = _last_row(c_run, BLOCK_T) * h_first / h_after
+        c_run, u_run = tl.associative_scan((c, u), 0, _combine)
+        ghat = c_run * g[None, :] + u_run
+        g = _last_row(ghat, BLOCK_T)
+        if SUMMARY:
+            lsum += tl.where(nxt, lc_next, 0.0)
+            risk = tl.maximum(risk, _risk(nxt, lc_next))
         else:
+            lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+            lv = tl.load(lv_ptr + bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
+                         other=0.0).to(tl.float32)
+            hp = tl.load(h_ptr + off - D, mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
+            hp = tl.where((rows == 0)[:, None], tl.exp(lh0)[None, :], hp)  # h_{t-1}
+            _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, ghat * tl.exp(lc) * hp, ghat * tl.exp(lv), D)
+            far = tl.maximum(tl.maximum(lc, tl.where(nxt, lc_next, 0.0)), tl.maximum(tl.abs(lv), -lc) - LOG_RANGE)
+            risk = tl.maximum(risk, _risk(mask, tl.where(_in_range(hp), far, 1.0)))
+    q = g * h_first
+    # P = prod r_{t+1} = (prod a_{t+1}) h_first / h_after, from logs: prod a alone can underflow
+    prod = tl.where(after, tl.exp(tl.sum(lsum, axis=0) + tl.log(h_first) - tl.log(h_after)), 0.0)
+    if tl.max(tl.max(risk, axis=0), axis=0) > 0.0:
+        q = q_in
+        prod = tl.full((BLOCK_D,), 1.0, tl.float32)
+        for j in range(0, CHUNK // BLOCK_T):
+            rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)
+            valid = rows < T
+            mask = valid[:, None] & dmask[None, :]
+            nxt = (rows + 1 < T)[:, None] & mask
+            first = (rows == 0)[:, None]
+            off = base[None, :] + rows[:, None] * D
+            a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
             h = tl.load(h_ptr + off, mask=mask, other=1.0).to(tl.float32)
             h_next = tl.load(h_ptr + off + D, mask=nxt, other=1.0).to(tl.float32)
             lh, lh_next = tl.log(h), tl.log(h_next)
-            lh_prev = tl.where(first, lh0[None, :], tl.log(hp))
-            live = h > 0.0
+            lc_next = tl.load(lc_ptr + a_off + sa_t, mask=nxt, other=0.0).to(tl.float32)
             c = tl.where(valid[:, None], _share(lc_next + lh - lh_next, nxt & (h_next > 0.0)), 1.0)
+            u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
             c_run, u_run = tl.associative_scan((c, u * h), 0, _combine)
             qhat = c_run * q[None, :] + u_run
-            da = qhat * _share(lc + lh_prev - lh, live)
-            db = qhat * _share(lv - lh, live)
             q = _last_row(qhat, BLOCK_T)
-            step = _last_row(c_run, BLOCK_T)
-        if SUMMARY:
-            prod = prod * step
-        else:  # dlog_values: slot t + 1 from row t, slot 0 (log h_0) gets row 0's dlog_a
-            dv_off = off + bi * D + D
-            tl.store(dlv_ptr + dv_off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
-            tl.store(dlv_ptr + dv_off - D, da.to(dlv_ptr.dtype.element_ty), mask=mask & first)
-            tl.store(dlc_ptr + off, da.to(dlc_ptr.dtype.element_ty), mask=mask)
+            if SUMMARY:
+                prod = prod * _last_row(c_run, BLOCK_T)
+            else:
+                lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+                lv = tl.load(lv_ptr + bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
+                             other=float("-inf")).to(tl.float32)
+                hp = tl.load(h_ptr + off - D, mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
+                lh_prev = tl.where(first, lh0[None, :], tl.log(hp))
+                live = h > 0.0
+                _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, qhat * _share(lc + lh_prev - lh, live),
+                           qhat * _share(lv - lh, live), D)
     if SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_ptr + side, q, mask=dmask)
+
+
+@triton.jit
+def _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, da, db, D):
+    """Store a tile's dlog_a (into dlog_coeffs) and dlog_b into slot t + 1 of dlog_values; slot
+    0 (log h_0) gets row 0's dlog_a (d/dlog h_0 = q_0 r_0 = dlog_a_0)."""
+    dv_off = off + bi * D + D
+    tl.store(dlv_ptr + dv_off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
+    tl.store(dlv_ptr + dv_off - D, da.to(dlv_ptr.dtype.element_ty), mask=mask & (rows == 0)[:, None])
+    tl.store(dlc_ptr + off, da.to(dlc_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -549,14 +596,15 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None, out_l
     if nc > 1:
         carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, (block_t, block_d, warps))
     B_nc = B * nc
-    common.launch(
-        _fwd_kernel, (B_nc * cdiv(D, block_d),),
-        a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk, B_nc,
-        *_strides3(a), *_strides3(b), *_h0_strides(h0),
-        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, WRITE_A=write_a, SUMMARY=False, OUT_LOG=out_log,
-        I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"),
-        num_warps=warps,
-    )
+    grid = (B_nc * cdiv(D, block_d),)
+    meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
+                STAGES=common.stages(log, "fwd"), num_warps=warps)
+    if log:
+        common.launch(_log_fwd_kernel, grid, a, b, carry_h, out_h, None, T, D, nc, chunk, B_nc,
+                      *_strides3(a), *_strides3(b), OUT_LOG=out_log, **meta)
+    else:
+        common.launch(_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk, B_nc,
+                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=write_a, **meta)
     return (out_a if write_a else None), out_h
 
 
@@ -583,15 +631,15 @@ def _carries(a, b, h0, log, write_a, nc, chunk, tile):
     block_t, block_d, warps = tile
     sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
     sum_h = torch.empty((B, nc + 1 if log else nc, D), device=a.device, dtype=torch.float32)
-    common.launch(
-        _fwd_kernel, (B * nc * cdiv(D, block_d),),
-        a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk, B * nc,
-        *_strides3(a), *_strides3(b), *_h0_strides(h0),
-        LOG=log, HAS_H0=h0 is not None, HAS_CARRY=False, WRITE_A=True, SUMMARY=True, OUT_LOG=False,
-        I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d, STAGES=common.stages(log, "fwd"), num_warps=warps,
-    )
-    if log:  # log h after each chunk, from log h_0 (slot 0 of sum_h)
+    grid = (B * nc * cdiv(D, block_d),)
+    meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
+                STAGES=common.stages(log, "fwd"), num_warps=warps)
+    if log:  # (sum of log a, log state from zero) per chunk; then log h after each, from log h_0 (slot 0)
+        common.launch(_log_fwd_kernel, grid, a, b, None, sum_h, sum_a, T, D, nc, chunk, B * nc,
+                      *_strides3(a), *_strides3(b), OUT_LOG=False, **meta)
         return None, _forward(sum_a, sum_h, None, log=True, write_a=False, nc=1, out_log=True)[1]
+    common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk, B * nc,
+                  *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True, **meta)
     return _forward(sum_a, sum_h, h0, log=False, write_a=write_a, nc=1)
 
 
