@@ -2,7 +2,7 @@
 """A/B the Triton kernels of two source trees on one GPU: the same cells, each tree in its
 own fresh process, alternating A B A B, so drift between runs shows as the A-A spread.
 
-    python scripts/ab_trees.py BASELINE_TREE [CANDIDATE_TREE=.] [--rounds 2] [--out FILE]
+    python scripts/ab_trees.py BASELINE_TREE [CANDIDATE_TREE=.] [--rounds 2] [--only SUBSTRING ...] [--out FILE]
 
 A tree is a directory holding a ``scankit`` package (e.g. ``git archive REV | tar -x -C DIR``).
 Times are ``triton.testing.do_bench`` medians (us); fwd+bwd takes a fixed random grad output
@@ -64,9 +64,9 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def measure(tree: str) -> dict:
+def measure(tree: str, cells: list) -> dict:
     env = dict(os.environ, MINGRU_SCAN="triton", PYTHONPATH="")
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(Path(tree).resolve()), json.dumps(CELLS)],
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(Path(tree).resolve()), json.dumps(cells)],
                           capture_output=True, text=True, env=env)
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode or not line:
@@ -79,12 +79,14 @@ def main(argv=None) -> int:
     parser.add_argument("baseline")
     parser.add_argument("candidate", nargs="?", default=".")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", nargs="*", help="keep the cells whose label contains one of these")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    cells = [c for c in CELLS if not args.only or any(o in f"{c[0]} {list(c[1])} {c[2]}" for o in args.only)]
     runs = {"A": [], "B": []}
     for _ in range(args.rounds):
-        runs["A"].append(measure(args.baseline))
-        runs["B"].append(measure(args.candidate))
+        runs["A"].append(measure(args.baseline, cells))
+        runs["B"].append(measure(args.candidate, cells))
     rows = []
     for cell in runs["A"][0]:
         a = [r[cell]["us"] for r in runs["A"]]

@@ -63,31 +63,66 @@ def test_eager_outputs_never_alias_inputs_at_T1(op_name, scan_mode):
     assert all(torch.equal(x, y) for x, y in zip(xs, before))
 
 
-def test_every_kernel_launch_is_one_dimensional(monkeypatch):
-    """One grid dimension for every kernel: CUDA caps y and z at 65,535 programs, x at 2^31 - 1."""
+def launch_grids(monkeypatch):
+    """Run every kernel family fwd+bwd; return [(module.kernel, grid as launched)]."""
     from scankit.triton import common
 
     grids = []
-    launch = common.launch
 
     def recording(kernel, grid, *args, **meta):
-        grids.append((f"{kernel.fn.__module__.rsplit('.', 1)[-1]}.{kernel.fn.__name__}", grid))
+        grids.append((f"{kernel.fn.__module__.rsplit('.', 1)[-1]}.{kernel.fn.__name__}", grid, meta))
         return launch(kernel, grid, *args, **meta)
 
-    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    launch = common.launch
     monkeypatch.setattr(common, "launch", recording)
-    for op_name, dims in [("parallel_scan_log", dict(B=3, T=150, D=40)), ("linear_scan", dict(B=1, T=150, D=5)),
-                          ("linear_scan_state", dict(B=3, T=40, D=40)),
-                          ("matrix_scan", dict(B=3, T=300, n=20)), ("matrix_affine_scan", dict(B=3, T=40, n=5, k=4, v=2))]:
-        xs = [x.requires_grad_() for x in OPS[op_name].inputs(dims, device=DEVICE)]
-        torch.autograd.grad(sum(o.sum() for o in as_tuple(OPS[op_name].fn(*xs))), xs)
+    return grids
+
+
+CASES = [("parallel_scan_log", dict(B=3, T=150, D=40)), ("linear_scan", dict(B=1, T=150, D=5)),
+         ("linear_scan_state", dict(B=3, T=40, D=40)), ("matrix_scan", dict(B=3, T=300, n=20)),
+         ("matrix_affine_scan", dict(B=3, T=40, n=5, k=4, v=2))]
+FAMILIES = {"elementwise._fwd_kernel", "elementwise._log_fwd_kernel", "elementwise._log_bwd_kernel",
+            "elementwise._fwd_lookback_kernel", "elementwise._bwd_lookback_kernel", "elementwise._bwd_kernel",
+            "affine._fwd_kernel", "affine._bwd2_kernel", "givens._fwd_kernel", "givens._bwd_kernel"}
+
+
+def run_every_family(seed):
+    outs = []
+    for op_name, dims in CASES:
+        xs = [x.requires_grad_() for x in OPS[op_name].inputs(dims, device=DEVICE, seed=seed)]
+        o = as_tuple(OPS[op_name].fn(*xs))
+        outs.append((o, torch.autograd.grad(sum(t.sum() for t in o), xs)))
+    torch.manual_seed(seed)
     mixer = scankit.GivensMinGRU(5, 16, block_size=8, rounds=2).to(DEVICE)
-    mixer(torch.randn(3, 9, 5, device=DEVICE)).sum().backward()
-    assert all(len(g) == 1 for _, g in grids), grids
-    names = {n for n, _ in grids}
-    assert {"elementwise._fwd_kernel", "elementwise._log_fwd_kernel", "elementwise._log_bwd_kernel",
-            "elementwise._fwd_lookback_kernel",
-            "affine._fwd_kernel", "affine._bwd2_kernel", "givens._fwd_kernel", "givens._bwd_kernel"} <= names, names
+    h = mixer(torch.randn(3, 9, 5, device=DEVICE))
+    outs.append(((h,), torch.autograd.grad(h.sum(), list(mixer.parameters()))))
+    return outs
+
+
+def test_launch_grids_within_cuda_limits(seed, monkeypatch):
+    """x below 2^31, y (block tiles) at most 65,535: a 2-D grid past it is folded into x."""
+    from scankit.triton import common
+
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    grids = launch_grids(monkeypatch)
+    run_every_family(seed)
+    assert FAMILIES <= {name for name, _, _ in grids}, {name for name, _, _ in grids}
+    assert all(g[0] < 2**31 and (len(g) == 1 or g[1] <= common.GRID_Y) for _, g, _ in grids), grids
+
+
+def test_folded_grids_compute_the_same(seed, monkeypatch):
+    """Every family with its 2-D grid folded into x (as past 65,535 block tiles): same results."""
+    from scankit.triton import common
+
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    want = run_every_family(seed)
+    monkeypatch.setattr(common, "GRID_Y", 1)
+    grids = launch_grids(monkeypatch)
+    got = run_every_family(seed)
+    assert any(len(g) == 2 and g[1] > 1 for _, g, _ in grids)  # grids that were folded
+    for (o1, g1), (o2, g2) in zip(want, got):
+        for x, y in zip(o1 + g1, o2 + g2):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
 
 
 @gpu

@@ -41,9 +41,9 @@ def _fwd_kernel(
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sb_j, sh_b, sh_n, sh_i, sh_j,
     K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr,
 ):
-    bi, ci, ni = program(NBC, NC, I64)
+    bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BN + tl.arange(0, BN)
     ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
     nmask = (n < N)[:, None, None]
@@ -123,13 +123,13 @@ def _fwd2_kernel(
     T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sh_b, sh_n, sh_i,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     """k = 2, v = 1 (``matrix_scan``): one lane per 2x2 block, its six numbers (M, v) and
     running (Abar, h) in registers as plain vectors, walked step by step (no per-step layout
     changes, unlike the generic kernel's broadcast products); parallelism from many lanes and
     T-chunks, latency hidden by many resident warps and the pipelined loop."""
-    bi, ci, ni = program(NBC, NC, I64)
+    bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = n < N
     side = (bi * NC + ci) * N + n  # (B, NC, N) summary / carry slot
@@ -172,9 +172,9 @@ def _bwd_kernel(
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
     K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr,
 ):
-    bi, ci, ni = program(NBC, NC, I64)
+    bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BN + tl.arange(0, BN)
     ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
     nmask = (n < N)[:, None, None]
@@ -234,12 +234,12 @@ def _bwd2_kernel(
     T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     """``_bwd_kernel`` for k = 2, v = 1, one lane per 2x2 block as plain vectors (like
     ``_fwd2_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t (and the same for the running
     product's grad), dA_t = G^_t h_{t-1}^T (+ G^A_t Abar_{t-1}^T), dB_t = G^_t."""
-    bi, ci, ni = program(NBC, NC, I64)
+    bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = n < N
     side = (bi * NC + ci) * N + n
@@ -364,7 +364,7 @@ def _knobs_2x2(device) -> dict:
 def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary):
     """One pass of the forward kernel (generic, or the 2x2 one) over (B x chunks x block tiles)."""
     B, T, N, K, _ = A.shape
-    grid = (B * nc * cdiv(N, bn),)
+    grid = (B * nc, cdiv(N, bn))
     flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary,
                  I64=needs_int64(A, Bm, out_a, out_b))
     if two:
@@ -417,7 +417,7 @@ def _backward(A, h0, gb, ga, out_b, out_a):
         return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
     two = _two_by_two(A, V)
     bn, nc, chunk = _geometry_2x2(A, True) if two else _geometry(A, V)
-    grid = (B * nc * cdiv(N, bn),)
+    grid = (B * nc, cdiv(N, bn))
     if two:
         kernel = _bwd2_kernel
         consts = dict(BLOCK_N=bn, **_knobs_2x2(A.device))

@@ -148,9 +148,20 @@ FP_FUSION = True
 _launching = threading.local()
 
 
+# CUDA's limit on a grid's y dimension (x takes 2^31 - 1 programs)
+GRID_Y = 65535
+
+
 def launch(kernel, grid, *args, **meta):
     """``kernel[grid](*args, **meta)``: straight to Triton on the eager path (``direct``),
-    through ``wrap_triton`` inside the custom ops, where torch.compile traces the launch."""
+    through ``wrap_triton`` inside the custom ops, where torch.compile traces the launch.
+    A 2-D grid (programs, lane tiles) is folded into x where its y would pass GRID_Y; such
+    kernels take ``FOLD`` (``lang.program``). Unfolded, the kernels keep the grid their
+    launch knobs were measured with (the fold's index arithmetic changes register counts,
+    hence programs per SM)."""
+    if len(grid) == 2:
+        meta["FOLD"] = grid[1] > GRID_Y
+        grid = (grid[0] * grid[1],) if meta["FOLD"] else grid
     runner = kernel if getattr(_launching, "direct", False) else wrap_triton(kernel)
     runner[grid](*args, enable_fp_fusion=FP_FUSION, **meta)
 

@@ -96,12 +96,12 @@ def _fwd_kernel(
     T, D, NC, CHUNK, NBC,
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Linear recurrence over this program's chunk. Main pass: states h (and running
     products when WRITE_A) from h_0, or for chunk ci > 0 from the carry scan's state after
     chunk ci - 1 (HAS_CARRY). SUMMARY: each chunk's (product of a, state from zero)."""
-    bi, ci, di = program(NBC, NC, I64)
+    bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK  # this chunk: rows t_lo .. t_lo + CHUNK - 1 that are < T
@@ -138,16 +138,10 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _risk(mask, x):
-    """An element's risk where it is real (masked elements: none)."""
-    return tl.where(mask, x, -1.0)
-
-
-@triton.jit
 def _log_fwd_kernel(
     lc_ptr, lv_ptr, carry_ptr, out_ptr, out_l_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d,
-    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, OUT_LOG: tl.constexpr, I64: tl.constexpr,
+    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, OUT_LOG: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     """The log op over this program's chunk, from the log state ell_in: log h_0, or for
@@ -157,7 +151,7 @@ def _log_fwd_kernel(
     overwriting. SUMMARY: each chunk's (sum of log a, log state from zero) into out_l (B, NC,
     D) and slots 1.. of out (B, NC + 1, D), whose slot 0 gets log h_0 (the carry scan's
     inputs). OUT_LOG: write log h (the carry scan itself, always in log space)."""
-    bi, ci, di = program(NBC, NC, I64)
+    bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
@@ -173,39 +167,37 @@ def _log_fwd_kernel(
     redo = OUT_LOG
     if not OUT_LOG:
         h = tl.exp(ell_in)
-        risk = tl.zeros((BLOCK_T, BLOCK_D), tl.float32) + tl.where(ell_in > LOG_RANGE, 1.0, -1.0)[None, :]
+        bad = tl.zeros((BLOCK_T, BLOCK_D), tl.int1) | (ell_in > LOG_RANGE)[None, :]
         lsum = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)
         for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
             rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
             mask = (rows < T)[:, None] & dmask[None, :]
             lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True)
-            b = tl.exp(lv)
-            a_run, b_run = tl.associative_scan((tl.exp(lc), b), 0, _combine)
+            a, b = tl.exp(lc), tl.exp(lv)
+            a_run, b_run = tl.associative_scan((a, b), 0, _combine)
             hs = a_run * h[None, :] + b_run
             if not SUMMARY:
                 tl.store(out_ptr + out_base + rows[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
-            # exact where: decays only, |log b| <= LOG_RANGE, carry <= e^LOG_RANGE b
-            far = tl.where(h[None, :] > LOG_SPAN * b, 1.0, tl.maximum(lc, tl.abs(lv) - LOG_RANGE))
-            risk = tl.maximum(risk, _risk(mask, far))
+            # exact where: decays only, |log b| <= LOG_RANGE, carry <= e^LOG_RANGE b (from a and b,
+            # live anyway: fewer registers than from the logs)
+            far = (a > 1.0) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | (h[None, :] > LOG_SPAN * b)
+            bad = bad | (mask & far)
             lsum += lc
             h = _last_row(hs, BLOCK_T)
-        redo = tl.max(tl.max(risk, axis=0), axis=0) > 0.0
+        redo = tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0
         ell = tl.log(h)
         lsum = tl.sum(lsum, axis=0)
-    if redo:
+    if redo:  # row by row: rare, so few registers (the hot loop's programs per SM)
         ell = ell_in
         lsum = tl.zeros((BLOCK_D,), tl.float32)
-        for j in range(0, CHUNK // BLOCK_T):
-            rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
-            mask = (rows < T)[:, None] & dmask[None, :]
-            lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True)
-            la_run, lb_run = tl.associative_scan((lc, lv), 0, _combine_log)
-            lh = _logaddexp(la_run + ell[None, :], lb_run)
+        for t in range(t_lo, tl.minimum(t_lo + CHUNK, T)):
+            lc = tl.load(lc_ptr + bi * sa_b + t * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+            lv = tl.load(lv_ptr + bi * sb_b + (t + 1) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
+            ell = _logaddexp(lc + ell, lv.to(tl.float32))
             if not SUMMARY:
-                out = lh if OUT_LOG else tl.exp(lh)
-                tl.store(out_ptr + out_base + rows[:, None] * D, out.to(out_ptr.dtype.element_ty), mask=mask)
-            ell = _last_row(lh, BLOCK_T)
-            lsum += tl.sum(lc, axis=0)
+                out = ell if OUT_LOG else tl.exp(ell)
+                tl.store(out_ptr + bi * T * D + t * D + d, out.to(out_ptr.dtype.element_ty), mask=dmask)
+            lsum += lc
     if SUMMARY:
         side = (bi * NC + ci) * D + d
         tl.store(out_l_ptr + side, lsum, mask=dmask)
@@ -344,11 +336,11 @@ def _bwd_kernel(
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Backward of the linear recurrence over this program's chunk, t descending. SUMMARY:
     each chunk's (product of a_{t+1}, g^ from zero) and the prefix grad's."""
-    bi, ci, di = program(NBC, NC, I64)
+    bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
@@ -404,14 +396,60 @@ def _share(x, live):
 @triton.jit
 def _in_range(h):
     """Whether a state is within e^+-LOG_RANGE (where the linear backward is exact)."""
-    return (h >= 8.75e-27) & (h <= 1.14e26)
+    return (h >= 1.0 / LOG_SPAN) & (h <= LOG_SPAN)
+
+
+@triton.jit(noinline=True)
+def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, sum_p_ptr, bi, ci, di, T, D, NC,
+                  CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
+                  BLOCK_D: tl.constexpr):
+    """``_log_bwd_kernel``'s chunk again as the bounded recurrence of the shares, row by row
+    with t descending, overwriting its grads (SUMMARY: storing P and q). A function of its
+    own (rarely called; scalar arguments, results through memory): its registers do not
+    count against the hot loop's programs per SM."""
+    d = di * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    t_lo = ci * CHUNK
+    base = bi * T * D + d
+    lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)
+    q = tl.zeros((BLOCK_D,), tl.float32)
+    if HAS_CARRY:
+        q = tl.load(carry_ptr + (bi * NC + ci) * D + d, mask=dmask, other=0.0)
+    prod = tl.full((BLOCK_D,), 1.0, tl.float32)
+    after = t_lo + CHUNK < T
+    h_next = tl.load(h_ptr + base + (t_lo + CHUNK) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
+    lc_next = tl.load(lc_ptr + bi * sa_b + (t_lo + CHUNK) * sa_t + d * sa_d, mask=when(after, dmask),
+                      other=0.0).to(tl.float32)
+    for j in range(0, tl.minimum(CHUNK, T - t_lo)):
+        t = tl.minimum(t_lo + CHUNK, T) - 1 - j
+        h = tl.load(h_ptr + base + t * D, mask=dmask, other=1.0).to(tl.float32)
+        lc = tl.load(lc_ptr + bi * sa_b + t * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        lh = tl.log(h)
+        c = _share(lc_next + lh - tl.log(h_next), when(t + 1 < T, h_next > 0.0))  # r_{t+1}
+        q = tl.load(gh_ptr + base + t * D, mask=dmask, other=0.0).to(tl.float32) * h + c * q
+        if SUMMARY:
+            prod = prod * c
+        else:
+            lv = tl.load(lv_ptr + bi * sb_b + (t + 1) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
+            hp = tl.load(h_ptr + base + (t - 1) * D, mask=when(t >= 1, dmask), other=1.0).to(tl.float32)
+            lh_prev = tl.where(t == 0, lh0, tl.log(hp))
+            da = q * _share(lc + lh_prev - lh, h > 0.0)
+            db = q * _share(lv.to(tl.float32) - lh, h > 0.0)
+            dv = dlv_ptr + bi * (T + 1) * D + (t + 1) * D + d
+            tl.store(dv, db.to(dlv_ptr.dtype.element_ty), mask=dmask)
+            tl.store(dv - D, da.to(dlv_ptr.dtype.element_ty), mask=when(t == 0, dmask))
+            tl.store(dlc_ptr + base + t * D, da.to(dlc_ptr.dtype.element_ty), mask=dmask)
+        h_next, lc_next = h, lc
+    if SUMMARY:
+        tl.store(sum_p_ptr + (bi * NC + ci) * D + d, prod, mask=dmask)
+        tl.store(carry_ptr + (bi * NC + ci) * D + d, q, mask=dmask)
 
 
 @triton.jit
 def _log_bwd_kernel(
     lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, sum_p_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d,
-    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, I64: tl.constexpr,
+    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Backward of the log op over this program's chunk, t descending, from q_in = g^ h at
@@ -421,7 +459,7 @@ def _log_bwd_kernel(
     decays or log values beyond e^+-LOG_RANGE, states outside e^+-LOG_RANGE; if anything
     was, the chunk again as the bounded recurrence of the shares (module doc), overwriting.
     SUMMARY: each chunk's (P, q from zero) with q_start = P q_in + q: the carries are q."""
-    bi, ci, di = program(NBC, NC, I64)
+    bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
@@ -440,7 +478,7 @@ def _log_bwd_kernel(
 
     g = q_in / h_after
     lsum = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)  # SUMMARY: sum of log a_{t+1} over the chunk
-    risk = tl.zeros((BLOCK_T, BLOCK_D), tl.float32) + tl.where(edge, 1.0, -1.0)[None, :]
+    bad = tl.zeros((BLOCK_T, BLOCK_D), tl.int1) | edge[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
         valid = rows < T
@@ -454,53 +492,28 @@ def _log_bwd_kernel(
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
         ghat = c_run * g[None, :] + u_run
         g = _last_row(ghat, BLOCK_T)
+        grows = c > 1.0  # exact where: decays only (from a and b, live anyway: fewer registers than logs)
         if SUMMARY:
             lsum += tl.where(nxt, lc_next, 0.0)
-            risk = tl.maximum(risk, _risk(nxt, lc_next))
+            bad = bad | grows
         else:
             lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
             lv = tl.load(lv_ptr + bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
                          other=0.0).to(tl.float32)
             hp = tl.load(h_ptr + off - D, mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
             hp = tl.where((rows == 0)[:, None], tl.exp(lh0)[None, :], hp)  # h_{t-1}
-            _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, ghat * tl.exp(lc) * hp, ghat * tl.exp(lv), D)
-            far = tl.maximum(tl.maximum(lc, tl.where(nxt, lc_next, 0.0)), tl.maximum(tl.abs(lv), -lc) - LOG_RANGE)
-            risk = tl.maximum(risk, _risk(mask, tl.where(_in_range(hp), far, 1.0)))
+            a, b = tl.exp(lc), tl.exp(lv)
+            _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, ghat * a * hp, ghat * b, D)
+            # and decays, log values and the states multiplied by within e^+-LOG_RANGE
+            far = (a > 1.0) | (a < 1.0 / LOG_SPAN) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | ~_in_range(hp)
+            bad = bad | grows | (mask & far)
     q = g * h_first
     # P = prod r_{t+1} = (prod a_{t+1}) h_first / h_after, from logs: prod a alone can underflow
     prod = tl.where(after, tl.exp(tl.sum(lsum, axis=0) + tl.log(h_first) - tl.log(h_after)), 0.0)
-    if tl.max(tl.max(risk, axis=0), axis=0) > 0.0:
-        q = q_in
-        prod = tl.full((BLOCK_D,), 1.0, tl.float32)
-        for j in range(0, CHUNK // BLOCK_T):
-            rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)
-            valid = rows < T
-            mask = valid[:, None] & dmask[None, :]
-            nxt = (rows + 1 < T)[:, None] & mask
-            first = (rows == 0)[:, None]
-            off = base[None, :] + rows[:, None] * D
-            a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
-            h = tl.load(h_ptr + off, mask=mask, other=1.0).to(tl.float32)
-            h_next = tl.load(h_ptr + off + D, mask=nxt, other=1.0).to(tl.float32)
-            lh, lh_next = tl.log(h), tl.log(h_next)
-            lc_next = tl.load(lc_ptr + a_off + sa_t, mask=nxt, other=0.0).to(tl.float32)
-            c = tl.where(valid[:, None], _share(lc_next + lh - lh_next, nxt & (h_next > 0.0)), 1.0)
-            u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
-            c_run, u_run = tl.associative_scan((c, u * h), 0, _combine)
-            qhat = c_run * q[None, :] + u_run
-            q = _last_row(qhat, BLOCK_T)
-            if SUMMARY:
-                prod = prod * _last_row(c_run, BLOCK_T)
-            else:
-                lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-                lv = tl.load(lv_ptr + bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
-                             other=float("-inf")).to(tl.float32)
-                hp = tl.load(h_ptr + off - D, mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
-                lh_prev = tl.where(first, lh0[None, :], tl.log(hp))
-                live = h > 0.0
-                _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, qhat * _share(lc + lh_prev - lh, live),
-                           qhat * _share(lv - lh, live), D)
-    if SUMMARY:
+    if tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0:
+        _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, sum_p_ptr, bi, ci, di, T, D, NC,
+                      CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_CARRY, SUMMARY, BLOCK_D)
+    elif SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_ptr + side, q, mask=dmask)
 
@@ -596,7 +609,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None, out_l
     if nc > 1:
         carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, (block_t, block_d, warps))
     B_nc = B * nc
-    grid = (B_nc * cdiv(D, block_d),)
+    grid = (B_nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
                 STAGES=common.stages(log, "fwd"), num_warps=warps)
     if log:
@@ -631,7 +644,7 @@ def _carries(a, b, h0, log, write_a, nc, chunk, tile):
     block_t, block_d, warps = tile
     sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
     sum_h = torch.empty((B, nc + 1 if log else nc, D), device=a.device, dtype=torch.float32)
-    grid = (B * nc * cdiv(D, block_d),)
+    grid = (B * nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
                 STAGES=common.stages(log, "fwd"), num_warps=warps)
     if log:  # (sum of log a, log state from zero) per chunk; then log h after each, from log h_0 (slot 0)
@@ -660,7 +673,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
                          (da, db, dh0), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None, HAS_GA=ga is not None)
         return da, db, dh0
     B_nc = B * nc
-    grid = (B_nc * cdiv(D, block_d),)
+    grid = (B_nc, cdiv(D, block_d))
     consts = dict(I64=needs_int64(a, b, gh, hout), BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=common.stages(log, "bwd"), num_warps=warps)
     if log:

@@ -18,7 +18,7 @@ from torch.library import triton_op
 
 from . import common
 from .common import cdiv, either, empty_like_shape as _empty, needs_int64, next_pow2, target_programs, with_autograd
-from .lang import idx, when
+from .lang import idx, program, when
 
 
 @triton.jit
@@ -56,12 +56,11 @@ def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
 
 @triton.jit
 def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K: tl.constexpr, BN: tl.constexpr, HAS_H0: tl.constexpr,
-           I64: tl.constexpr):
+           I64: tl.constexpr, FOLD: tl.constexpr):
     """This program's batch index, its BN block lanes (and mask) and their h_0 (zeros if none)
-    on the 1-D grid (batch fastest)."""
-    pid = tl.program_id(0)
-    bi = idx(pid % B, I64)
-    n = idx(pid // B, I64) * BN + tl.arange(0, BN)
+    on the grid (B, block tiles)."""
+    bi, _, ni = program(B, 1, I64, FOLD)
+    n = ni * BN + tl.arange(0, BN)
     i = tl.arange(0, K)
     nm = n < N
     h0 = tl.zeros((BN, K), tl.float32)
@@ -76,9 +75,9 @@ def _fwd_kernel(
     ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, B, T, N,
     sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
 ):
-    bi, n, i, nm, h = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64)
+    bi, n, i, nm, h = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64, FOLD)
     T = idx(T, I64)  # the step index t then runs in int64 too
     m2 = nm[:, None]
     out_rows = (bi * T * N + n[:, None]) * K + i[None, :]
@@ -102,9 +101,9 @@ def _bwd_kernel(
     ang_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, g_ptr, dang_ptr, db_ptr, dsc_ptr, dgm_ptr, dh0_ptr, B, T, N,
     sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
 ):
-    bi, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64)
+    bi, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64, FOLD)
     T = idx(T, I64)
     m2 = nm[:, None]
     rows = (bi * T * N + n[:, None]) * K + i[None, :]   # contiguous (B, T, n, K) at t = 0
@@ -168,7 +167,7 @@ def _rotation_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.T
     if out.numel() == 0:
         return out
     common.launch(
-        _fwd_kernel, (B * cdiv(N, bn),),
+        _fwd_kernel, (B, cdiv(N, bn)),
         angles, b, scale, gamma, h0, out, B, T, N,
         *_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
         K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
@@ -191,7 +190,7 @@ def _rotation_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Op
     if out.numel() == 0:
         return d_angles.zero_(), d_b, d_scale.zero_(), d_gamma.zero_(), d_h0.zero_()
     common.launch(
-        _bwd_kernel, (B * cdiv(N, bn),),
+        _bwd_kernel, (B, cdiv(N, bn)),
         angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, B, T, N,
         *_s(angles, 5), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
         K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,

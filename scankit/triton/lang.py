@@ -1,5 +1,5 @@
-"""Triton helpers every kernel family shares: program indices on a 1-D grid, int64
-indexing where offsets can pass 2^31, block masks from scalar conditions."""
+"""Triton helpers every kernel family shares: program indices (grids folded past CUDA's
+limits), int64 indexing where offsets can pass 2^31, block masks from scalar conditions."""
 import triton
 import triton.language as tl
 
@@ -13,12 +13,16 @@ def idx(x, I64: tl.constexpr):
 
 
 @triton.jit
-def program(NBC, NC, I64: tl.constexpr):
-    """(batch, T-chunk, lane tile) of this program on the 1-D grid: NBC = B x NC programs per
-    lane tile, chunks fastest (one grid dimension: no 65,535 limit on any of them)."""
-    pid = tl.program_id(0)
-    bc = pid % NBC
-    return idx(bc // NC, I64), idx(bc % NC, I64), idx(pid // NBC, I64)
+def program(NBC, NC, I64: tl.constexpr, FOLD: tl.constexpr):
+    """(batch, T-chunk, lane tile) of this program: grid (B x NC, lane tiles), chunks fastest,
+    or with FOLD (lane tiles past the grid's y limit, ``common.launch``) that grid folded into
+    its x dimension, NBC = B x NC programs per lane tile."""
+    if FOLD:
+        pid = tl.program_id(0)
+        bc, lane = pid % NBC, pid // NBC
+    else:
+        bc, lane = tl.program_id(0), tl.program_id(1)
+    return idx(bc // NC, I64), idx(bc % NC, I64), idx(lane, I64)
 
 
 @triton.jit
