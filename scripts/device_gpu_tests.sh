@@ -9,7 +9,8 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
-  git rev-parse HEAD 2>/dev/null || true; } | tee "$out/gpu.txt"
+  # the device's copy of .git can be stale: the caller names the commit it sent (SCANKIT_COMMIT)
+  echo "tree: ${SCANKIT_COMMIT:-unnamed (set SCANKIT_COMMIT)}"; } | tee "$out/gpu.txt"
 sel=(${1:+-k "$1"})
 python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 480 --durations=10 "${sel[@]}" \
   tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py \
