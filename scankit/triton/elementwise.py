@@ -11,17 +11,20 @@ pass reduces each chunk to (product of a, state from zero), a small scan over th
 summaries gives each chunk its carry-in, and the main pass runs every chunk in parallel;
 ``linear_scan`` runs single-pass with decoupled look-back there instead (``common.LOOKBACK``).
 
-The log op (``parallel_scan_log``) carries its state between tiles (and chunks) as log h.
-Each tile runs in linear space (a = exp(log_coeffs), b = exp(log_values), fp32) where that
-is exact: decays only (a <= 1), its log values within +-LOG_RANGE and its carry at most
-LOG_RANGE above them, so nothing overflows and what underflows is below fp32 rounding of
-the result. Other tiles (growing coefficients, values beyond e^+-60, zeros b = 0) run a
-log-space scan (logaddexp combine): any finite inputs give h to fp32 rounding of its log,
-wherever exp() of them lies. The backward is the linear backward recurrence on bounded
-terms: with the shares r_t = a_t h_{t-1} / h_t and w_t = b_t / h_t (both in [0, 1], each
-from logs, so each to fp32 rounding) and q_t = g^_t h_t: ``q_t = g_t h_t + r_{t+1} q_{t+1}``,
-``dlog_a_t = q_t r_t``, ``dlog_b_t = q_t w_t``, ``dlog_h_0 = q_0 r_0``: finite whenever h is
-(h = inf, the fp32 overflow of a state, gives no usable gradient).
+The log op (``parallel_scan_log``) carries its state between chunks as log h. A chunk is
+walked as above in linear space (a = exp(log_coeffs), b = exp(log_values), fp32), which is
+exact where the coefficients only decay (a <= 1), the log values lie within +-LOG_RANGE and
+the carry is at most e^LOG_RANGE times them (nothing overflows; what underflows is below
+fp32 rounding of the result). The walk gathers, per element, whether that held; a chunk
+where it did not (growing coefficients, values beyond e^+-60, zeros b = 0) is redone in the
+same kernel, row by row, in log space: any finite inputs give h to fp32 rounding of its log,
+wherever exp() of them lies. The backward likewise walks the linear backward, gathering
+whether it was exact (also: decays above e^-60, states within e^+-60), and redoes a chunk
+where it was not as the bounded recurrence of the shares r_t = a_t h_{t-1} / h_t and
+w_t = b_t / h_t (both in [0, 1], from logs) with q_t = g^_t h_t:
+``q_t = g_t h_t + r_{t+1} q_{t+1}``, ``dlog_a_t = q_t r_t``, ``dlog_b_t = q_t w_t``,
+``dlog_h_0 = q_0 r_0``: finite whenever h is (h = inf, the fp32 overflow of a state, gives
+no usable gradient). Chunk carries of the backward are q.
 """
 from typing import Optional
 
@@ -50,12 +53,6 @@ def _logaddexp(x, y):
     m = tl.maximum(x, y)
     m = tl.where(m == float("-inf"), 0.0, m)  # both -inf: log(0 + 0) = -inf
     return m + tl.log(tl.exp(x - m) + tl.exp(y - m))
-
-
-@triton.jit
-def _combine_log(la1, lb1, la2, lb2):
-    """``_combine`` of (log a, log b) pairs: (la1 + la2, log(a2 b1 + b2))."""
-    return la1 + la2, _logaddexp(la2 + lb1, lb2)
 
 
 @triton.jit
