@@ -58,8 +58,8 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> tor
     log b_t. Returns h_1..h_T (B,T,D) of ``h_t = a_t h_{t-1} + b_t``.
 
     Range: any finite log inputs, -inf included (a = 0, b = 0, h_0 = 0). The Triton kernel
-    carries log h between tiles and scans a tile in log space wherever exp() of its inputs
-    or states would leave fp32, so h comes out to fp32 rounding whatever the magnitudes
+    carries log h between chunks and redoes a chunk in log space wherever exp() of its
+    inputs or states would leave fp32, so h comes out to fp32 rounding whatever the magnitudes
     along the way; a state beyond fp32 is inf (or 0) as an fp32 value, and its gradient is
     not usable. The eager reference (the CPU path) is Heinsen's form in the input precision:
     in fp32 its relative error grows with T (about 5e-6 at T = 1024, 2e-5 at 4097, 9e-5 at

@@ -144,8 +144,7 @@ def _log_fwd_kernel(
     """The log op over this program's chunk, from the log state ell_in: log h_0, or for
     chunk ci > 0 the carry scan's log state after chunk ci - 1 (HAS_CARRY). First the linear
     walk (a = exp(log a), b = exp(log b)), which also gathers where it is not exact (module
-    doc); if anything was, the chunk again as a log-space scan (logaddexp combine),
-    overwriting. SUMMARY: each chunk's (sum of log a, log state from zero) into out_l (B, NC,
+    doc); if anything was, the chunk again, row by row in log space (logaddexp), overwriting. SUMMARY: each chunk's (sum of log a, log state from zero) into out_l (B, NC,
     D) and slots 1.. of out (B, NC + 1, D), whose slot 0 gets log h_0 (the carry scan's
     inputs). OUT_LOG: write log h (the carry scan itself, always in log space)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
@@ -184,7 +183,7 @@ def _log_fwd_kernel(
         redo = tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0
         ell = tl.log(h)
         lsum = tl.sum(lsum, axis=0)
-    if redo:  # row by row: rare, so few registers (the hot loop's programs per SM)
+    if redo:  # rare: row by row, the simplest exact form
         ell = ell_in
         lsum = tl.zeros((BLOCK_D,), tl.float32)
         for t in range(t_lo, tl.minimum(t_lo + CHUNK, T)):
@@ -401,9 +400,9 @@ def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, su
                   CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
                   BLOCK_D: tl.constexpr):
     """``_log_bwd_kernel``'s chunk again as the bounded recurrence of the shares, row by row
-    with t descending, overwriting its grads (SUMMARY: storing P and q). A function of its
-    own (rarely called; scalar arguments, results through memory): its registers do not
-    count against the hot loop's programs per SM."""
+    with t descending, overwriting its grads (SUMMARY: storing P and q); rarely called
+    (scalar arguments, results through memory). Made a function of its own in the hope of
+    sparing the hot loop registers; ptxas here says it does not (NOTES.md, session 5)."""
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
