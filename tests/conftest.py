@@ -20,7 +20,7 @@ def scan_mode(monkeypatch):
 
 @pytest.fixture
 def seed(request):
-    """A fresh seed per test run, printed on failure so a case can be replayed."""
-    value = int.from_bytes(os.urandom(4), "little")
+    """A fresh seed per test run, printed on failure; ``SCANKIT_SEED=<seed>`` replays a case."""
+    value = int(os.environ.get("SCANKIT_SEED") or int.from_bytes(os.urandom(4), "little"))
     print(f"seed={value}")
     return value

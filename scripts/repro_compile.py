@@ -1,0 +1,73 @@
+"""Replay the inductor compile test of one mixer or op on a GPU over many seeds, in one
+process: which seeds fail, at which (batch, step) the forward goes wrong, and the inductor
+output code of the first failing case (for a bug report or a fix).
+
+    python scripts/repro_compile.py RotationMinGRU --mode dynamic --seeds 2377553823 --random 8 \\
+        --code $OUT/code.py
+"""
+import argparse
+import os
+import sys
+
+import torch
+from torch._inductor.utils import run_and_get_code
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from test_compile import MIXERS, MODES  # noqa: E402  the test's own cases
+
+
+def case(mixer: str, mode: str, seed: int, want_code: bool):
+    """The test body for one seed: per T, the (b, t) cells whose forward is off, and the code."""
+    torch.manual_seed(seed)
+    module = MIXERS[mixer][0]().cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True, **MODES[mode])
+    params = list(module.parameters())
+    report, code = [], []
+    for T in (13, 257):
+        x = torch.randn(4, T, 5, device="cuda")
+        kwargs = {"delta_t": torch.rand(4, T, device="cuda")} if module.decay is not None else {}
+
+        def step():
+            out = compiled(x, **kwargs)
+            return out, torch.autograd.grad(out.square().sum(), params)
+        (out, grads), sources = run_and_get_code(step) if want_code else (step(), [])
+        code += sources
+        ref = module(x, **kwargs)
+        err = (out - ref).abs().amax(-1)                       # (B, T)
+        bad = (err > 1e-4 + 1e-4 * ref.abs().amax(-1)).nonzero().tolist()
+        ref_grads = torch.autograd.grad(ref.square().sum(), params)
+        gerr = max(((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for g, r in zip(grads, ref_grads))
+        first = {}
+        for b, t in bad:
+            first[b] = min(first.get(b, t), t)
+        report.append(dict(T=T, bad_cells=len(bad), first_bad_step_per_batch=first, fwd_max_err=err.max().item(),
+                           grad_max_rel_err=gerr))
+    return report, code
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mixer", choices=list(MIXERS))
+    ap.add_argument("--mode", choices=list(MODES), default="dynamic")
+    ap.add_argument("--seeds", type=int, nargs="*", default=[])
+    ap.add_argument("--random", type=int, default=4, help="fresh random seeds to add")
+    ap.add_argument("--code", help="write the inductor code of the first failing case (else the first case) here")
+    args = ap.parse_args()
+    seeds = args.seeds + [int.from_bytes(os.urandom(4), "little") for _ in range(args.random)]
+    os.environ["MINGRU_SCAN"] = "triton"
+    failed = 0
+    for seed in seeds:
+        report, code = case(args.mixer, args.mode, seed, want_code=bool(args.code) and not failed)
+        bad = any(r["bad_cells"] or r["grad_max_rel_err"] > 1e-3 for r in report)
+        print(f"{args.mixer} {args.mode} seed={seed}: {'FAIL' if bad else 'ok'} {report}", flush=True)
+        if (bad or seed == seeds[0]) and not failed and args.code:  # the first case's, then a failure's
+            with open(args.code, "w") as f:
+                f.write(f"# {args.mixer} {args.mode} seed={seed}\n" + "\n\n# ----- next graph -----\n".join(code))
+        failed += bad
+    print(f"{failed} of {len(seeds)} seeds failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
