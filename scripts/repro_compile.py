@@ -12,11 +12,13 @@ import sys
 import torch
 from torch._inductor.utils import run_and_get_code
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+from oracles import poison_cuda_cache  # noqa: E402
 from test_compile import MIXERS, MODES  # noqa: E402  the test's own cases
 
 
-def case(mixer: str, mode: str, seed: int, want_code: bool):
+def case(mixer: str, mode: str, seed: int, want_code: bool, poison: bool):
     """The test body for one seed: per T, the (b, t) cells whose forward is off, and the code."""
     torch.manual_seed(seed)
     module = MIXERS[mixer][0]().cuda()
@@ -27,6 +29,8 @@ def case(mixer: str, mode: str, seed: int, want_code: bool):
     for T in (13, 257):
         x = torch.randn(4, T, 5, device="cuda")
         kwargs = {"delta_t": torch.rand(4, T, device="cuda")} if module.decay is not None else {}
+        if poison:
+            poison_cuda_cache()
 
         def step():
             out = compiled(x, **kwargs)
@@ -35,9 +39,10 @@ def case(mixer: str, mode: str, seed: int, want_code: bool):
         code += sources
         ref = module(x, **kwargs)
         err = (out - ref).abs().amax(-1)                       # (B, T)
-        bad = (err > 1e-4 + 1e-4 * ref.abs().amax(-1)).nonzero().tolist()
+        bad = (~(err <= 1e-4 + 1e-4 * ref.abs().amax(-1))).nonzero().tolist()  # NaN counts as off
         ref_grads = torch.autograd.grad(ref.square().sum(), params)
-        gerr = max(((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for g, r in zip(grads, ref_grads))
+        gerr = max(((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).nan_to_num(float("inf")).item()
+                   for g, r in zip(grads, ref_grads))
         first = {}
         for b, t in bad:
             first[b] = min(first.get(b, t), t)
@@ -52,13 +57,15 @@ def main():
     ap.add_argument("--mode", choices=list(MODES), default="dynamic")
     ap.add_argument("--seeds", type=int, nargs="*", default=[])
     ap.add_argument("--random", type=int, default=4, help="fresh random seeds to add")
+    ap.add_argument("--poison", action="store_true", help="NaN in the allocator's free blocks before each call")
     ap.add_argument("--code", help="write the inductor code of the first failing case (else the first case) here")
     args = ap.parse_args()
     seeds = args.seeds + [int.from_bytes(os.urandom(4), "little") for _ in range(args.random)]
     os.environ["MINGRU_SCAN"] = "triton"
     failed = 0
     for seed in seeds:
-        report, code = case(args.mixer, args.mode, seed, want_code=bool(args.code) and not failed)
+        report, code = case(args.mixer, args.mode, seed, want_code=bool(args.code) and not failed,
+                            poison=args.poison)
         bad = any(r["bad_cells"] or r["grad_max_rel_err"] > 1e-3 for r in report)
         print(f"{args.mixer} {args.mode} seed={seed}: {'FAIL' if bad else 'ok'} {report}", flush=True)
         if (bad or seed == seeds[0]) and not failed and args.code:  # the first case's, then a failure's

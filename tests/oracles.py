@@ -61,3 +61,15 @@ def states(op_name, inputs, h0):
         M, b = inputs
         return affine_loop(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1))[2].squeeze(-1)
     return affine_loop(*inputs, h0=h0)[2]
+
+
+def poison_cuda_cache(value=float("nan")):
+    """Fill the CUDA caching allocator's free blocks with ``value`` (NaN): a kernel or graph
+    that reads memory nobody wrote then fails at once, instead of passing on the zeros of
+    fresh device memory (a process that ran other work first hands out stale values)."""
+    if not torch.cuda.is_available():
+        return
+    blocks = [torch.full((1 << 17,), value, device="cuda") for _ in range(64)]  # small pool: 512 KiB blocks
+    blocks += [torch.full((1 << 24,), value, device="cuda") for _ in range(4)]  # large pool: 64 MiB blocks
+    torch.cuda.synchronize()
+    del blocks

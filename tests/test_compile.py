@@ -9,6 +9,7 @@ import torch
 from functorch.compile import aot_function, aot_module, default_partition, make_boxed_func
 
 import scankit
+from oracles import poison_cuda_cache
 from scankit.bench.cases import OPS, SHAPES
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -140,6 +141,7 @@ def test_inductor_op_fwd_bwd(op_name, mode, seed, monkeypatch):
     for T in (13, 257):  # a second shape: dynamic=True must take it without a wrong result
         xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), T=T),
                                                                 device=DEVICE, seed=seed + T)]
+        poison_cuda_cache()  # a read of memory nobody wrote gives NaN, not fresh memory's zeros
         for _ in range(2 if mode == "cudagraphs" else 1):  # CUDA graphs: recorded, then replayed
             loss = compiled(*xs)
             grads = torch.autograd.grad(loss, xs)
@@ -162,6 +164,7 @@ def test_inductor_mixer_fwd_bwd(mixer, mode, seed, monkeypatch):
     for T in (13, 257):
         x = torch.randn(4, T, 5, device=DEVICE)
         kwargs = {"delta_t": torch.rand(4, T, device=DEVICE)} if module.decay is not None else {}
+        poison_cuda_cache()
         for _ in range(2 if mode == "cudagraphs" else 1):
             out = compiled(x, **kwargs)
             grads = torch.autograd.grad(out.square().sum(), params)
@@ -179,6 +182,7 @@ def test_inductor_stack_fwd_bwd(seed, monkeypatch):
     model = scankit.MinGRUStack(16, depth=4, mixer=["mingru", "signed", "rotation", "givens"]).to(DEVICE)
     x = torch.randn(4, 100, 16, device=DEVICE)
     torch._dynamo.reset()
+    poison_cuda_cache()
     out = torch.compile(model, fullgraph=True)(x)
     grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
     ref = model(x)
