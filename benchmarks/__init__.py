@@ -1,11 +1,8 @@
-"""asv suites for scankit: thin adapters over scankit.bench (see asv.conf.json).
+"""asv suites for scankit over one fixed harness, ``benchmarks.harness`` (see asv.conf.json).
 
-Each class measures everything once in ``setup_cache`` (one process, CUDA events); its
-``track_*`` benchmarks only read the cache, and importing them never touches torch or CUDA.
+asv installs each measured commit of scankit into its environment and imports this
+package from the checkout: every commit is measured by the same harness, which reaches
+scankit only through its public API (an op a commit lacks is n/a). Each class measures
+its cells once in ``setup_cache`` (one process); its ``track_*`` benchmarks only read that
+cache, and importing them never touches CUDA.
 """
-import os
-import sys
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)

@@ -1,6 +1,6 @@
 """One GivensMinGRU training step (fwd + bwd): fused kernel path vs the generic path."""
 from benchmarks._adapter import cached, long_setup_cache
-from scankit.bench import grid
+from benchmarks.harness import grid
 
 
 class MixerStep:
@@ -10,7 +10,7 @@ class MixerStep:
 
     @long_setup_cache
     def setup_cache(self):
-        from scankit.bench import suite
+        from benchmarks.harness import suite
 
         return suite.mixer_cells()
 

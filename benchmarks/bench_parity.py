@@ -1,7 +1,7 @@
 """Correctness as history: failing parity cases and worst error / gate, per op (or mixer)
 and direction. The per-case rows are kept beside the results (suite.write_parity_sidecar)."""
 from benchmarks._adapter import long_setup_cache
-from scankit.bench import grid
+from benchmarks.harness import grid
 
 
 class Parity:
@@ -11,7 +11,7 @@ class Parity:
 
     @long_setup_cache
     def setup_cache(self):
-        from scankit.bench import report, suite
+        from benchmarks.harness import report, suite
 
         rows = suite.parity_rows()
         suite.write_parity_sidecar(rows, report.environment())

@@ -1,7 +1,7 @@
 """The roofline's other columns: peer libraries on linear_scan_state, and the scaling of
 the forward kernels with T at B = 1 (rendered into experiments/bench/scan_roofline.md)."""
 from benchmarks._adapter import cached, long_setup_cache
-from scankit.bench import grid
+from benchmarks.harness import grid
 
 
 class Peers:
@@ -11,7 +11,7 @@ class Peers:
 
     @long_setup_cache
     def setup_cache(self):
-        from scankit.bench import suite
+        from benchmarks.harness import suite
 
         return suite.peer_cells()
 
@@ -33,7 +33,7 @@ class Scaling:
 
     @long_setup_cache
     def setup_cache(self):
-        from scankit.bench import suite
+        from benchmarks.harness import suite
 
         return suite.scaling_cells()
 

@@ -1,6 +1,6 @@
 """Time and peak CUDA memory of every scan op x shape x impl x direction."""
 from benchmarks._adapter import cached, long_setup_cache
-from scankit.bench import grid
+from benchmarks.harness import grid
 
 
 class Scans:
@@ -10,7 +10,7 @@ class Scans:
 
     @long_setup_cache
     def setup_cache(self):
-        from scankit.bench import suite
+        from benchmarks.harness import suite
 
         return suite.op_cells()
 
@@ -32,7 +32,7 @@ class Scans:
 
 def track_copy_bandwidth():
     """Device-to-device copy (bytes read + written per second): the roofline of every op."""
-    from scankit.bench import suite
+    from benchmarks.harness import suite
 
     return suite.copy_bandwidth()
 

@@ -32,7 +32,7 @@ WORKER = r"""
 import json, sys, torch, triton.testing
 sys.path.insert(0, sys.argv[1])
 import scankit
-from scankit.bench.cases import OPS
+from benchmarks.harness.cases import OPS
 cells, out = json.loads(sys.argv[2]), {}
 for op_name, shape, direction in cells:
     names = ("B", "T", "D") if "matrix" not in op_name else ("B", "T", "n")

@@ -2,7 +2,7 @@
 """Direct benchmark driver: parity (--check), timing (--bench), mixer memory (--memory).
 
 Writes experiments/bench/scan_{parity,bench,memory}.{json,md} (or --out DIR), measured by
-the same code as the asv suites (scankit.bench.suite). Needs a CUDA device; without one
+the same code as the asv suites (benchmarks.harness.suite). Needs a CUDA device; without one
 it says so loudly and exits 2.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from scankit.bench import grid, report, suite  # noqa: E402
+from benchmarks.harness import grid, report, suite  # noqa: E402
 
 
 def bar(desc):

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from scankit.bench import grid, measure, suite  # noqa: E402
-from scankit.bench.cases import OPS, bytes_moved  # noqa: E402
+from benchmarks.harness import grid, measure, suite  # noqa: E402
+from benchmarks.harness.cases import OPS, bytes_moved  # noqa: E402
 from scankit.triton import affine, common  # noqa: E402
 
 START = time.time()
@@ -206,7 +206,7 @@ def elementwise_sweep(budget, log):
 
 
 def peer_sweep(budget, log):
-    """The asv Peers cells (scankit.bench.suite.peer_cells) beside triton's time, per shape."""
+    """The asv Peers cells (benchmarks.harness.suite.peer_cells) beside triton's time, per shape."""
     for shape in grid.SHAPES:
         if time.time() - START > budget:
             return
@@ -221,7 +221,7 @@ def peer_sweep(budget, log):
 
 
 def scaling_sweep(budget, log):
-    """The asv Scaling cells (scankit.bench.suite.scaling_cells)."""
+    """The asv Scaling cells (benchmarks.harness.suite.scaling_cells)."""
     for (op, log2t), s in suite.scaling_cells()["seconds"].items():
         log(dict(section="scaling", op=op, T=2 ** log2t, us=s * 1e6,
                  ns_per_elem=1e9 * s / (grid.SCALING_B * 2 ** log2t * grid.SCALING_D)))

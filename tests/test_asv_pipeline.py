@@ -65,7 +65,7 @@ def asv_values(results_dir, name):
 
 
 def test_every_benchmark_body_ran_on_the_cpu(smoke):
-    from scankit.bench import grid
+    from benchmarks.harness import grid
 
     times = asv_values(smoke["results"], "bench_scans.Scans.track_time")
     for op, shape, direction in itertools.product(grid.OP_NAMES, grid.SHAPES, grid.DIRECTIONS):
@@ -86,7 +86,7 @@ def test_render_refuses_a_run_that_lacks_cells(smoke, tmp_path):
 
 
 def test_render_partial_matches_the_asv_results(smoke, tmp_path):
-    from scankit.bench import grid
+    from benchmarks.harness import grid
 
     out = render("--results-dir", str(smoke["results"]), "--out", str(tmp_path), "--partial")
     assert out.returncode == 0, out.stderr

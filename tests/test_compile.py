@@ -10,7 +10,7 @@ from functorch.compile import aot_function, aot_module, default_partition, make_
 
 import scankit
 from oracles import poison_cuda_cache
-from scankit.bench.cases import OPS, SHAPES
+from benchmarks.harness.cases import OPS, SHAPES
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 gpu = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import scankit
-from scankit.bench.cases import OPS
+from benchmarks.harness.cases import OPS
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 gpu = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import scankit
-from scankit.bench.cases import KERNEL_KV, OPS
+from benchmarks.harness.cases import KERNEL_KV, OPS
 from oracles import oracle, states
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

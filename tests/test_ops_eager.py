@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import scankit
-from scankit.bench.cases import OPS
+from benchmarks.harness.cases import OPS
 from oracles import oracle, states
 
 TS = (1, 2, 13, 64, 100)

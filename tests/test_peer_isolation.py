@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from scankit.bench import grid, suite
+from benchmarks.harness import grid, suite
 
 
 def test_isolated_returns_the_result():

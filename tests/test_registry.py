@@ -4,8 +4,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scankit.bench import cases
-from scankit.bench.cases import OPS, SHAPES, bytes_moved
+from benchmarks.harness import cases
+from benchmarks.harness.cases import OPS, SHAPES, bytes_moved
 from oracles import oracle
 
 COPY_BW = 4.24e12  # bytes/s, ANCHORS.md

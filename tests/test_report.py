@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from scankit.bench import report
+from benchmarks.harness import report
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(torch="2.x", triton="3.x", device="GPU", driver="1", commit="abc", time="2026-01-01T00:00:00Z")
@@ -37,7 +37,7 @@ def test_parity_and_memory_templates(tmp_path):
 
 def _roofline_inputs():
     """A bench payload with linear_scan_state rows (floor 1 us at 4 TB/s), peers and scaling."""
-    from scankit.bench import grid
+    from benchmarks.harness import grid
 
     rows = []
     for op in grid.OP_NAMES:
@@ -55,7 +55,7 @@ def _roofline_inputs():
 
 
 def test_roofline_payload_targets_and_render(tmp_path):
-    from scankit.bench import roofline
+    from benchmarks.harness import roofline
 
     payload = roofline.payload(ENV, *_roofline_inputs())
     row = next(r for r in payload["rows"] if r["op"] == "linear_scan_state" and r["shape"] == "large")
@@ -79,7 +79,7 @@ def test_roofline_payload_targets_and_render(tmp_path):
 
 
 def test_roofline_plot_is_deterministic(tmp_path):
-    from scankit.bench import roofline
+    from benchmarks.harness import roofline
 
     payload = roofline.payload(ENV, *_roofline_inputs())
     roofline.plot(payload, tmp_path / "a.png")
@@ -91,7 +91,7 @@ def test_roofline_plot_is_deterministic(tmp_path):
 def test_tried_figures_come_from_the_committed_tune_logs(monkeypatch, tmp_path):
     """Every TRIED entry names a record that the committed H200 tune logs hold; one that is
     not there is an error, not a silent gap; the figures reach the roofline markdown."""
-    from scankit.bench import roofline
+    from benchmarks.harness import roofline
 
     figures = roofline.tried_figures(ROOT / "experiments" / "logs")
     assert set(figures) <= set(roofline.TARGET_STATUS)

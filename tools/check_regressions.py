@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scankit.bench.asv_results import ResultsError, benchmarks, columns, load_run, pick_machine, values  # noqa: E402
+from benchmarks.harness.asv_results import ResultsError, benchmarks, columns, load_run, pick_machine, values  # noqa: E402
 
 PARITY_FAILING = "track_failing_cases"
 PARITY_MARGIN = "track_worst_error_over_gate"

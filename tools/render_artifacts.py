@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scankit.bench import grid, report  # noqa: E402
-from scankit.bench.asv_results import ResultsError, benchmarks, load_run, values  # noqa: E402
+from benchmarks.harness import grid, report  # noqa: E402
+from benchmarks.harness.asv_results import ResultsError, benchmarks, load_run, values  # noqa: E402
 
 SCANS = "bench_scans.Scans"
 PARITY = "bench_parity.Parity"
@@ -42,8 +42,8 @@ def _need(table: dict, key, missing: list, label: str):
 
 def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit: str | None = None,
            partial: bool = False) -> list[Path]:
-    from scankit.bench import measure  # the byte model needs torch (meta tensors only)
-    from scankit.bench.cases import bytes_moved
+    from benchmarks.harness import measure  # the byte model needs torch (meta tensors only)
+    from benchmarks.harness.cases import bytes_moved
 
     machine, run = load_run(results_dir, machine, commit)
     known = benchmarks(results_dir)
@@ -120,7 +120,7 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     paths = report.write("scan_bench", bench, out_dir)
     paths += report.write("scan_parity", report.parity_payload(env, parity["rows"]), out_dir)
     if roofline is not None and copy_bw is not None:
-        from scankit.bench import roofline as rl
+        from benchmarks.harness import roofline as rl
 
         roof = rl.payload(env, bench, *roofline, tried=rl.tried_figures(ROOT / "experiments" / "logs"))
         paths += report.write("scan_roofline", roof, out_dir)

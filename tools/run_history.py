@@ -58,7 +58,7 @@ def complete(results_dir: Path, machine: str, commit: str) -> bool:
     """Whether the database holds a whole-suite result of ``commit`` (values for every core
     benchmark, and its per-case parity rows). Judged the same for every commit, whichever
     grid its own suite had."""
-    from scankit.bench.asv_results import values
+    from benchmarks.harness.asv_results import values
 
     for path in result_files(results_dir, machine, commit):
         run = json.loads(path.read_text())
@@ -165,7 +165,7 @@ def newest(results_dir: Path, machine: str, commit: str) -> bool:
 def measured_anything(path: Path) -> bool:
     """Whether an asv result file holds at least one value (a run on a machine that could not
     run the suite records every benchmark as failed)."""
-    from scankit.bench.asv_results import values
+    from benchmarks.harness.asv_results import values
 
     run = json.loads(path.read_text())
     return any(v is not None for name in run.get("results", {}) for v in values(run, name).values())

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from .. import mixers, ops, reference
+from scankit import mixers, ops, reference
 from .grid import SHAPES, Shape  # noqa: F401 (Shape re-exported for callers of the registry)
 
 

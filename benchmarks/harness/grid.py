@@ -30,7 +30,7 @@ SHAPES = {
 STATE_OP = "linear_scan_state"
 OP_NAMES = ("parallel_scan_log", "linear_scan", STATE_OP, "matrix_scan", "matrix_affine_scan")
 IMPLS = ("triton", "eager", "torch_compile")
-# Peer libraries on STATE_OP (scankit.bench.peers), optional, timed beside triton
+# Peer libraries on STATE_OP (benchmarks.harness.peers), optional, timed beside triton
 PEERS = ("accelerated_scan", "accelerated_scan_native", "fla_chunk_hgrn", "torch_associative_scan")
 # Scaling: B = 1, D = 1024, T = 2^10 .. 2^20, forward, triton
 SCALING_OPS = (STATE_OP, "parallel_scan_log")
