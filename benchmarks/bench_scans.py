@@ -1,10 +1,25 @@
-"""Time and peak CUDA memory of every scan op x shape x impl x direction."""
+"""Every scan op x shape x direction of scankit's kernels (``Scans``, per commit) and of the
+references (``References``: eager and torch.compile): device time, call latency, peak CUDA
+memory.
+
+``track_device_time`` is the GPU's time per call without the host (the quantity the gate
+watches for scankit's kernels); ``track_call_latency`` is the host-inclusive wall time per
+call that a small-shape user feels (trended, not gated). Both return asv samples, so asv
+records each cell's median, 99% CI and quartiles. The references measure torch and the
+host, not the commit: run them once per machine (``asv run --bench References HEAD^!``);
+their cells are also kept per machine, torch and triton (``suite._cached_reference``), so a
+run over many commits measures them once. They are never gated.
+"""
 from benchmarks._adapter import cached, long_setup_cache
-from benchmarks.harness import grid
+from benchmarks.harness import grid, measure
+
+# asv folds a benchmark's source into its version, not the harness's: name the method here
+VERSION = "2:" + measure.METHOD
 
 
 class Scans:
-    params = [list(grid.OP_NAMES), list(grid.SHAPES), list(grid.IMPLS), list(grid.DIRECTIONS)]
+    IMPLS = ("triton",)
+    params = [list(grid.OP_NAMES), list(grid.SHAPES), list(IMPLS), list(grid.DIRECTIONS)]
     param_names = ["op", "shape", "impl", "direction"]
     timeout = 3600
 
@@ -12,22 +27,41 @@ class Scans:
     def setup_cache(self):
         from benchmarks.harness import suite
 
-        return suite.op_cells()
+        return suite.op_cells(impls=self.IMPLS)
 
     def setup(self, cells, op, shape, impl, direction):
         key = (op, shape, impl, direction)
         if key not in cells["seconds"]:  # a registered skip: asv records n/a, not a failure
             raise NotImplementedError(cells["skipped"].get(key, "not measured in this run"))
 
-    def track_time(self, cells, op, shape, impl, direction):
-        return cached(cells["seconds"], (op, shape, impl, direction))
+    def track_device_time(self, cells, op, shape, impl, direction):
+        return cached(cells["device_time"], (op, shape, impl, direction))
 
-    track_time.unit = "seconds"
+    track_device_time.unit = "seconds"
+    track_device_time.version = VERSION
+
+    def track_call_latency(self, cells, op, shape, impl, direction):
+        return cached(cells["call_latency"], (op, shape, impl, direction))
+
+    track_call_latency.unit = "seconds"
+    track_call_latency.version = VERSION
 
     def track_peak_cuda_memory(self, cells, op, shape, impl, direction):
         return cached(cells["peak_bytes"], (op, shape, impl, direction))
 
     track_peak_cuda_memory.unit = "bytes"
+    track_peak_cuda_memory.version = VERSION
+
+
+class References(Scans):
+    IMPLS = tuple(i for i in grid.IMPLS if i != "triton")
+    params = [list(grid.OP_NAMES), list(grid.SHAPES), list(IMPLS), list(grid.DIRECTIONS)]
+
+    @long_setup_cache
+    def setup_cache(self):
+        from benchmarks.harness import suite
+
+        return suite.op_cells(impls=self.IMPLS)
 
 
 def track_copy_bandwidth():

@@ -47,8 +47,8 @@ def smoke(tmp_path_factory):
                SCANKIT_ASV_PARITY_DIR=str(base / "experiments" / "asv" / "parity"))
     asv = [sys.executable, "-m", "asv"]
     assert run(asv + ["machine", "--yes", "--machine", "smoke"], cwd=base, env=env).returncode == 0
-    out = run(asv + ["run", "-E", f"existing:{sys.executable}", "--set-commit-hash", commit, "--machine", "smoke"],
-              cwd=base, env=env)
+    out = run(asv + ["run", "-E", f"existing:{sys.executable}", "--set-commit-hash", commit, "--machine", "smoke",
+                     "--record-samples"], cwd=base, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return dict(base=base, results=results, commit=commit)
 
@@ -64,10 +64,16 @@ def asv_values(results_dir, name):
     return dict(zip(itertools.product(*[[eval(p) for p in ps] for ps in params]), values))
 
 
+def scan_times(results_dir):
+    """Device time of every scan cell: scankit's kernels (Scans) and the references."""
+    return {**asv_values(results_dir, "bench_scans.Scans.track_device_time"),
+            **asv_values(results_dir, "bench_scans.References.track_device_time")}
+
+
 def test_every_benchmark_body_ran_on_the_cpu(smoke):
     from benchmarks.harness import grid
 
-    times = asv_values(smoke["results"], "bench_scans.Scans.track_time")
+    times = scan_times(smoke["results"])
     for op, shape, direction in itertools.product(grid.OP_NAMES, grid.SHAPES, grid.DIRECTIONS):
         for impl in ("triton", "eager"):
             if grid.skip_reason(op, shape, impl) is None:
@@ -76,6 +82,20 @@ def test_every_benchmark_body_ran_on_the_cpu(smoke):
     assert set(failing.values()) == {0}, failing
     steps = asv_values(smoke["results"], "bench_mixers.MixerStep.track_step_time")
     assert all(v > 0 for v in steps.values())
+
+
+def test_times_are_recorded_with_samples_and_statistics(smoke):
+    """asv keeps each timed cell's samples and computes its CI and quartiles from them."""
+    from asv.results import Results
+
+    path = next(p for p in (smoke["results"] / "smoke").glob("*.json") if p.name != "machine.json")
+    res = Results.load(str(path))
+    for name in ("bench_scans.Scans.track_device_time", "bench_scans.Scans.track_call_latency"):
+        params = res.get_result_params(name)
+        stats = [s for s in res.get_result_stats(name, params) if s is not None]
+        samples = [s for s in res.get_result_samples(name, params) if s is not None]
+        assert stats and all(s["ci_99_a"] <= s["q_25"] <= s["q_75"] <= s["ci_99_b"] for s in stats), name
+        assert samples and all(len(s) == 3 for s in samples), name  # the smoke run's 3 samples per cell
 
 
 def test_render_refuses_a_run_that_lacks_cells(smoke, tmp_path):
@@ -92,7 +112,7 @@ def test_render_partial_matches_the_asv_results(smoke, tmp_path):
     assert out.returncode == 0, out.stderr
     md = (tmp_path / "scan_bench.md").read_text()
     assert f"commit `{smoke['commit'][:12]}`" in md and "partial run" in md
-    times = asv_values(smoke["results"], "bench_scans.Scans.track_time")
+    times = scan_times(smoke["results"])
     for op, shape, direction in itertools.product(grid.OP_NAMES, grid.SHAPES, grid.DIRECTIONS):
         tri, eag = times[op, shape, "triton", direction], times.get((op, shape, "eager", direction))
         eag = None if eag is None or math.isnan(eag) else eag  # asv reports a skipped cell as NaN

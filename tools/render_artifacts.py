@@ -21,13 +21,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness import grid, report  # noqa: E402
-from benchmarks.harness.asv_results import ResultsError, benchmarks, load_run, values  # noqa: E402
+from benchmarks.harness.asv_results import ResultsError, benchmarks, load_run, runs, values  # noqa: E402
 
 SCANS = "bench_scans.Scans"
 PARITY = "bench_parity.Parity"
 MIXERS = "bench_mixers.MixerStep"
 PEERS = "bench_roofline.Peers"
 SCALING = "bench_roofline.Scaling"
+# the scan tables' time: device time (runs since the harness moved to benchmarks/), else the
+# block-median time of the runs before it
+TIME_TRACKS = ("track_device_time", "track_time")
+REFERENCES = "bench_scans.References"
+
+
+def references_run(results_dir: Path, machine: str, run: dict):
+    """The run whose reference cells go beside ``run``'s kernels: ``run`` itself if it has
+    them, else the newest run on the machine with the same torch and triton that has them
+    (None for runs from before the references were a class of their own)."""
+    name = f"{REFERENCES}.track_device_time"
+    if name in run["results"]:
+        return run
+    same = [r for r in runs(results_dir, machine) if name in r["results"]
+            and all(r.get("params", {}).get(k) == run.get("params", {}).get(k) for k in ("torch", "triton", "gpu"))]
+    return max(same, key=lambda r: r.get("date") or 0) if same else None
 
 
 RenderError = ResultsError
@@ -47,8 +63,8 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
 
     machine, run = load_run(results_dir, machine, commit)
     known = benchmarks(results_dir)
-    absent = [n for n in (f"{SCANS}.track_time", f"{PARITY}.track_failing_cases", f"{MIXERS}.track_step_time")
-              if n not in known]
+    time_name = next((f"{SCANS}.{t}" for t in TIME_TRACKS if f"{SCANS}.{t}" in run["results"]), f"{SCANS}.{TIME_TRACKS[0]}")
+    absent = [n for n in (time_name, f"{PARITY}.track_failing_cases", f"{MIXERS}.track_step_time") if n not in known]
     if absent:
         raise RenderError(f"{results_dir / 'benchmarks.json'} does not list {absent}: run `asv run` (or `asv check`) first")
     commit_hash = run["commit_hash"]
@@ -60,7 +76,12 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     env = dict(parity["env"], commit=commit_hash, time=when, machine=machine)
     missing: list[str] = []
 
-    times, peaks = values(run, f"{SCANS}.track_time"), values(run, f"{SCANS}.track_peak_cuda_memory")
+    times, peaks = values(run, time_name), values(run, f"{SCANS}.track_peak_cuda_memory")
+    ref_run = references_run(results_dir, machine, run)
+    if ref_run is not None:  # the references (eager, torch.compile), measured once per machine
+        for table, track in ((times, "track_device_time"), (peaks, "track_peak_cuda_memory")):
+            table.update({k: v for k, v in values(ref_run, f"{REFERENCES}.{track}").items() if v is not None})
+        env["references_commit"] = ref_run["commit_hash"]
     # ops (and parity cases) this run's suite had: a run from before an op joined the grid
     # is rendered without it, not refused
     ops = [op for op in grid.OP_NAMES if any(k[0] == op for k in times)] or list(grid.OP_NAMES)
@@ -76,7 +97,7 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
                     if reason:
                         cells["skipped"][key] = reason
                         continue
-                    label = f"{SCANS}.track_time{key}"
+                    label = f"{time_name}{key}"
                     cells["seconds"][key] = _need(times, key, missing, label)
                     cells["peak_bytes"][key] = _need(peaks, key, missing, f"{SCANS}.track_peak_cuda_memory{key}")
     copy_bw = _need(values(run, "bench_scans.track_copy_bandwidth"), (), missing, "bench_scans.track_copy_bandwidth")

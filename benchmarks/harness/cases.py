@@ -103,6 +103,7 @@ class OpSpec:
     name: str
     fn: Callable
     eager: Callable
+    public: str                 # the scankit function it calls (an older commit may lack it)
     builder: Callable
     dims_at: Callable[[Shape], dict]
     input_shapes: Callable[[dict], list]
@@ -136,26 +137,35 @@ def bytes_moved(inputs, outputs, direction: str) -> int:
     raise ValueError(f"direction must be 'fwd' or 'fwdbwd'; got {direction!r}")
 
 
+def _late(module, name: str, **kwargs) -> Callable:
+    """``module.name(*args, **kwargs)``, looked up at call time: the harness measures every
+    commit of scankit, and an older one may lack a function (its cells are then n/a)."""
+    def call(*args):
+        return getattr(module, name)(*args, **kwargs)
+    call.__name__ = name
+    return call
+
+
+def _op(name, public, builder, dims_at, input_shapes, fwd_gate, **kwargs) -> OpSpec:
+    return OpSpec(name, _late(ops, public, **kwargs), _late(reference, public, **kwargs), public, builder, dims_at,
+                  input_shapes, fwd_gate)
+
+
 OPS = {
     op.name: op
     for op in (
-        OpSpec("parallel_scan_log", ops.parallel_scan_log, reference.parallel_scan_log, _build_log,
-               lambda s: dict(B=s.B, T=s.T, D=s.D),
-               lambda d: [(d["B"], d["T"], d["D"]), (d["B"], d["T"] + 1, d["D"])], LOG_FWD),
-        OpSpec("linear_scan", ops.linear_scan, reference.linear_scan, _build_linear,
-               lambda s: dict(B=s.B, T=s.T, D=s.D),
-               lambda d: [(d["B"], d["T"], d["D"])] * 2, AFFINE_FWD),
-        OpSpec("linear_scan_state", lambda a, b: ops.linear_scan(a, b, return_prefix=False),
-               lambda a, b: reference.linear_scan(a, b, return_prefix=False), _build_linear,
-               lambda s: dict(B=s.B, T=s.T, D=s.D),
-               lambda d: [(d["B"], d["T"], d["D"])] * 2, AFFINE_FWD),
-        OpSpec("matrix_scan", ops.matrix_scan, reference.matrix_scan, _build_matrix,
-               lambda s: dict(B=s.B, T=s.T, n=s.d // 2),
-               lambda d: [(d["B"], d["T"], d["n"], 2, 2), (d["B"], d["T"], d["n"], 2)], AFFINE_FWD),
-        OpSpec("matrix_affine_scan", ops.matrix_affine_scan, reference.matrix_affine_scan, _build_affine,
-               lambda s: dict(B=s.B, T=s.T, n=s.d // 8, k=8, v=1),
-               lambda d: [(d["B"], d["T"], d["n"], d["k"], d["k"]), (d["B"], d["T"], d["n"], d["k"], d["v"])],
-               AFFINE_FWD),
+        _op("parallel_scan_log", "parallel_scan_log", _build_log, lambda s: dict(B=s.B, T=s.T, D=s.D),
+            lambda d: [(d["B"], d["T"], d["D"]), (d["B"], d["T"] + 1, d["D"])], LOG_FWD),
+        _op("linear_scan", "linear_scan", _build_linear, lambda s: dict(B=s.B, T=s.T, D=s.D),
+            lambda d: [(d["B"], d["T"], d["D"])] * 2, AFFINE_FWD),
+        _op("linear_scan_state", "linear_scan", _build_linear, lambda s: dict(B=s.B, T=s.T, D=s.D),
+            lambda d: [(d["B"], d["T"], d["D"])] * 2, AFFINE_FWD, return_prefix=False),
+        _op("matrix_scan", "matrix_scan", _build_matrix, lambda s: dict(B=s.B, T=s.T, n=s.d // 2),
+            lambda d: [(d["B"], d["T"], d["n"], 2, 2), (d["B"], d["T"], d["n"], 2)], AFFINE_FWD),
+        _op("matrix_affine_scan", "matrix_affine_scan", _build_affine,
+            lambda s: dict(B=s.B, T=s.T, n=s.d // 8, k=8, v=1),
+            lambda d: [(d["B"], d["T"], d["n"], d["k"], d["k"]), (d["B"], d["T"], d["n"], d["k"], d["v"])],
+            AFFINE_FWD),
     )
 }
 

@@ -8,6 +8,7 @@ import contextlib
 import math
 import os
 import statistics
+import time
 from functools import lru_cache
 
 import torch
@@ -67,15 +68,21 @@ def workload(op_name: str, impl: str, direction: str, xs):
 
 
 def callable_workload(fn, xs, direction: str):
-    """``workload`` of any callable ``fn(*xs)`` (the peers use it too)."""
+    """``workload`` of any callable ``fn(*xs)`` (the peers use it too). fwd+bwd back-propagates
+    fixed random contiguous grad outputs, made once here: a ``sum()`` loss would hand every
+    backward a stride-0 gradient that the kernels first copy to a full tensor."""
     if direction == "fwd":
         def run():
             with torch.no_grad():
                 return fn(*xs)
     elif direction == "fwdbwd":
+        with torch.no_grad():
+            outs = as_tuple(fn(*xs))
+        gen = torch.Generator(device=outs[0].device).manual_seed(1)
+        cots = [torch.randn(o.shape, device=o.device, dtype=o.dtype, generator=gen) for o in outs]
+
         def run():
-            loss = sum(o.float().sum() for o in as_tuple(fn(*xs)))
-            return torch.autograd.grad(loss, xs)
+            return torch.autograd.grad(as_tuple(fn(*xs)), xs, cots, allow_unused=True)
     else:
         raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
     return run
@@ -116,6 +123,85 @@ def median_us(fn, slow_ms: float = 100.0, block_ms: float = 2.0, budget_ms: floa
     blocks = min(25, max(5, round(budget_ms / (n * max(once, 1e-3)))))
     block(n)  # steady state: allocator and clocks settled under back-to-back calls
     return 1e3 * statistics.median(block(n) for _ in range(blocks))
+
+
+# The two timed quantities, as asv samples (``{"samples": per-call seconds, "number": calls
+# per sample}``: asv then records the median, the 99% CI and quartiles of each cell).
+# METHOD names them in the benchmarks' versions: change it when the method changes.
+METHOD = "device_time: n calls queued behind a GPU sleep, CUDA events; call_latency: wall clock of n back-to-back calls + sync"
+SAMPLES = 15
+SAMPLE_MS = 2.0     # aim of one sample (n calls)
+MAX_QUEUED = 48     # calls queued per device-time sample: launches stay far below the ~1k launch queue
+
+
+@lru_cache(maxsize=None)
+def _sleep_cycles_per_second() -> float:
+    """GPU clock cycles per second of ``torch.cuda._sleep``, measured once per process."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)  # clocks up
+    rates = []
+    for _ in range(3):
+        start.record()
+        torch.cuda._sleep(2_000_000)
+        end.record()
+        end.synchronize()
+        rates.append(2_000_000 / (start.elapsed_time(end) * 1e-3))
+    return statistics.median(rates)
+
+
+def _wall_block(fn, n: int) -> float:
+    """Seconds per call of n back-to-back calls, host-inclusive (synchronized before and after)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n
+
+
+def call_latency(fn, samples: int = SAMPLES) -> dict:
+    """Host-inclusive steady-state seconds per call, what a user at small shapes feels."""
+    fn()
+    once = min(_wall_block(fn, 1) for _ in range(3))
+    n = max(1, min(1000, math.ceil(SAMPLE_MS * 1e-3 / once)))
+    _wall_block(fn, n)
+    return dict(samples=[_wall_block(fn, n) for _ in range(samples)], number=n)
+
+
+def device_time(fn, samples: int = SAMPLES) -> dict:
+    """GPU seconds per call without the host: each sample queues n calls behind a GPU sleep
+    long enough for the host to enqueue them all, and times them with CUDA events, so the
+    GPU runs them back to back whatever the host's launch cost."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(3):  # the host's enqueue time per call (no sync inside)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+    rate = _sleep_cycles_per_second()
+
+    def queued(n: int) -> float:
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(rate * (2.0 * n * max(host) + 50e-6)))
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3 / n
+
+    once = min(queued(1) for _ in range(2))
+    n = max(1, min(MAX_QUEUED, math.ceil(SAMPLE_MS * 1e-3 / once)))
+    queued(n)
+    return dict(samples=[queued(n) for _ in range(samples)], number=n)
+
+
+def median_of(cell: dict) -> float:
+    """The median of an asv samples dict (what asv records as the result)."""
+    return statistics.median(cell["samples"])
 
 
 def peak_bytes(fn) -> int:

@@ -45,6 +45,12 @@ def _smoke_dims(op_name: str, shape: str) -> dict:
     return dims
 
 
+def _wall(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def _cpu_seconds(fn, repeats=3) -> float:
     fn()
     samples = []
@@ -62,8 +68,10 @@ def cell_skip(op_name: str, shape: str, impl: str):
     return reason
 
 
-def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> tuple[float, float | None]:
-    """(median seconds, peak CUDA bytes or None) of one registry cell."""
+def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
+    """One registry cell: ``device_time`` and ``call_latency`` (asv samples dicts, see
+    ``measure``), ``peak_bytes`` (None on the CPU) and ``seconds`` (device time's median).
+    A smoke run on the CPU times the call's wall time for both."""
     import torch
 
     from . import measure
@@ -72,36 +80,105 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> tuple[f
     dev = device()
     if dev == "cpu":
         xs = OPS[op_name].inputs(_smoke_dims(op_name, shape), device="cpu", requires_grad=direction == "fwdbwd")
-        return _cpu_seconds(measure.workload(op_name, impl, direction, xs)), None
+        fn = measure.workload(op_name, impl, direction, xs)
+        fn()
+        latency = dict(samples=[_wall(fn) for _ in range(3)], number=1)
+        # the smoke run's device is the CPU: both quantities are its wall time
+        return dict(device_time=latency, call_latency=latency, peak_bytes=None, seconds=measure.median_of(latency))
     xs = measure.inputs_for(op_name, shape, direction)
     fn = measure.workload(op_name, impl, direction, xs)
-    seconds = measure.median_us(fn) * 1e-6
-    peak = measure.peak_bytes(fn)
+    cell = dict(device_time=measure.device_time(fn), call_latency=measure.call_latency(fn), peak_bytes=measure.peak_bytes(fn))
+    cell["seconds"] = measure.median_of(cell["device_time"])
     del xs, fn
     torch.cuda.empty_cache()
-    return seconds, peak
+    return cell
 
 
-def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter) -> dict:
-    """Every op x shape x impl x direction cell: seconds, peak bytes, skips, bytes moved."""
+REFERENCE_IMPLS = ("eager", "torch_compile")
+
+
+def _reference_cache_key(op_name: str, shape: str, impl: str, direction: str) -> str:
+    """What a reference cell's time depends on: the GPU, torch and triton, the harness's
+    method and the eager reference's own source (scankit.reference at the measured commit)."""
+    import hashlib
+    import inspect
+
+    import torch
+    import triton
+
+    import scankit.reference
+
+    from . import measure
+
+    src = hashlib.sha256(inspect.getsource(scankit.reference).encode()).hexdigest()[:16]
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return "|".join((gpu, torch.__version__, triton.__version__, measure.METHOD, src, op_name, shape, impl, direction))
+
+
+def _reference_cache() -> Path | None:
+    """Where reference cells (eager, torch.compile) are kept between commits of one machine:
+    ``$SCANKIT_BENCH_CACHE`` (default ~/.cache/scankit-bench); off in a smoke run."""
+    if smoke():
+        return None
+    base = Path(os.environ.get("SCANKIT_BENCH_CACHE") or Path.home() / ".cache" / "scankit-bench")
+    return base / "references.json"
+
+
+def _cached_reference(key: tuple, measure_fn) -> dict:
+    """A reference cell from the machine's cache, else measured now and added to it: they
+    measure torch and the host, not the commit, so every commit's result carries the same
+    numbers and none of them is re-measured per commit."""
+    path = _reference_cache()
+    if path is None:
+        return measure_fn()
+    name = _reference_cache_key(*key)
+    known = json.loads(path.read_text()) if path.exists() else {}
+    if name not in known:
+        known[name] = measure_fn()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, sort_keys=True))
+        os.replace(tmp, path)
+    return known[name]
+
+
+def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=grid.IMPLS) -> dict:
+    """Every op x shape x impl x direction cell: device_time, call_latency (samples), seconds
+    (device time's median), peak bytes, skips, bytes moved. An op the measured commit lacks
+    (its scankit has no such function) is skipped with the reason."""
     from . import measure
     from .cases import bytes_moved
 
-    keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in grid.IMPLS]
-    seconds, peak, skipped = {}, {}, {}
+    keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in impls]
+    out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, skipped={})
     for key in progress(keys):
-        reason = cell_skip(*key[:3])
+        reason = cell_skip(*key[:3]) or missing_in_commit(key[0])
         if reason:
-            skipped[key] = reason
+            out["skipped"][key] = reason
             continue
-        seconds[key], peak[key] = measure_cell(*key)
-    moved = {}
+        if key[2] in REFERENCE_IMPLS:
+            cell = _cached_reference(key, lambda: measure_cell(*key))
+        else:
+            cell = measure_cell(*key)
+        for field in ("seconds", "device_time", "call_latency", "peak_bytes"):
+            out[field][key] = cell[field]
+    out["bytes"] = {}
     for o in ops:
         for s in shapes:
             ins, outs = measure.meta_inputs_outputs(o, s)
             for d in grid.DIRECTIONS:
-                moved[o, s, d] = bytes_moved(ins, outs, d)
-    return dict(seconds=seconds, peak_bytes=peak, skipped=skipped, bytes=moved)
+                out["bytes"][o, s, d] = bytes_moved(ins, outs, d)
+    return out
+
+
+def missing_in_commit(op_name: str):
+    """Why the installed scankit cannot run ``op_name`` (an older commit), or None."""
+    import scankit
+
+    from .cases import OPS
+
+    public = OPS[op_name].public
+    return None if hasattr(scankit, public) else f"scankit at this commit has no {public}()"
 
 
 def copy_bandwidth() -> float:
@@ -184,7 +261,7 @@ def mixer_cells() -> dict:
             if dev == "cpu":
                 seconds[shape, path], peak[shape, path] = _cpu_seconds(fn), None
             else:
-                seconds[shape, path], peak[shape, path] = measure.median_us(fn) * 1e-6, measure.peak_bytes(fn)
+                seconds[shape, path], peak[shape, path] = measure.median_of(measure.device_time(fn)), measure.peak_bytes(fn)
     return dict(seconds=seconds, peak_bytes=peak)
 
 
@@ -239,7 +316,7 @@ def _peer_direction_cells(name: str, direction: str, shapes: tuple) -> tuple[dic
         try:
             xs = measure.inputs_for(grid.STATE_OP, shape, direction)
             run, args = peers.peer_fn(name, *xs)
-            seconds[shape] = measure.median_us(measure.callable_workload(run, args, direction)) * 1e-6
+            seconds[shape] = measure.median_of(measure.device_time(measure.callable_workload(run, args, direction)))
         except Exception as exc:  # a peer that cannot do this cell: say so in the table
             skipped[shape] = f"{type(exc).__name__}: {exc}"[:160]
         xs = run = args = None
@@ -294,7 +371,7 @@ def scaling_cells() -> dict:
                 dims = dict(B=1, T=log2t, D=4)  # tiny, interpreted
             xs = OPS[op].inputs(dims, device=dev)
             fn = measure.workload(op, "triton", "fwd", xs)
-            seconds[op, log2t] = _cpu_seconds(fn) if dev == "cpu" else measure.median_us(fn) * 1e-6
+            seconds[op, log2t] = _cpu_seconds(fn) if dev == "cpu" else measure.median_of(measure.device_time(fn))
             del xs, fn
             if dev == "cuda":
                 torch.cuda.empty_cache()

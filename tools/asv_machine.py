@@ -1,0 +1,78 @@
+"""Record this machine for asv, GPU included: ``python tools/asv_machine.py --machine h200``.
+
+asv's own ``asv machine`` knows the OS, CPU and RAM. This writes the same entry into
+~/.asv-machine.json (which ``asv run --machine NAME`` reads) with what a GPU result depends
+on beside them: GPU name, SM count, memory, driver, CUDA, torch and triton. asv copies every
+field into each run's machine.json and result params, so the dashboard shows them and a
+driver or torch change starts a new series instead of passing for a commit's effect.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _ram() -> str:
+    try:
+        return str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        return "unknown"
+
+
+def describe(machine: str) -> dict:
+    import torch
+    import triton
+
+    info = dict(machine=machine, os=f"{platform.system()} {platform.release()}", arch=platform.machine(),
+                cpu=_cpu_model(), num_cpu=str(os.cpu_count()), ram=_ram(), torch=torch.__version__,
+                triton=triton.__version__, cuda=str(torch.version.cuda))
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_count=str(torch.cuda.device_count()), sm_count=str(props.multi_processor_count),
+                    gpu_memory_gib=f"{props.total_memory / 2**30:.0f}")
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30)
+            info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+        except (OSError, subprocess.TimeoutExpired):
+            info["driver"] = "unknown"
+    else:
+        info.update(gpu="none")
+    return info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--machine", required=True, help="the machine's name in the results (e.g. h200)")
+    ap.add_argument("--path", default=os.path.expanduser("~/.asv-machine.json"))
+    args = ap.parse_args()
+    entry = describe(args.machine)
+    known = {}
+    if os.path.exists(args.path):
+        with open(args.path) as f:
+            known = json.load(f)
+    known[args.machine] = entry
+    known["version"] = 1
+    tmp = args.path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(known, f, indent=4, sort_keys=True)
+    os.replace(tmp, args.path)
+    print(json.dumps(entry, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
