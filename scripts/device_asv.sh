@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On the offline GPU machine (repo root, .whl carried; scripts/device_prepare.sh made it):
+# asv's own commands over commits, each commit installed into asv's virtualenv environment.
+#   bash scripts/device_asv.sh "continuous -b 'Scans\.' 380d5e9 HEAD" "run -b 'Scans\.' c6f5f6a^!"
+# Each argument is one asv command line (after `python3 -m asv`, --machine added). After each,
+# the machine's results (experiments/asv/results/h200) are packed into $OUT/asv-results.tar
+# and the log is $OUT/asv.log, so what finished comes back even if a later command is cut off.
+set -uo pipefail
+out=${OUT:-/tmp/scankit-asv}
+machine=${MACHINE:-h200}
+mkdir -p "$out"
+source scripts/device_setup.sh || exit 1
+# offline: the environment's own pip installs (wheel, build, asv_runner, pympler) from the carried wheels
+export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" SCANKIT_ASV_MACHINE="$machine"
+python3 tools/asv_machine.py --machine "$machine" | tee "$out/machine.txt"
+status=0
+for cmd in "$@"; do
+  echo "=== asv $cmd ($(date -u +%H:%M:%S))" | tee -a "$out/asv.log"
+  start=$SECONDS
+  eval "python3 -m asv $cmd --machine $machine --show-stderr" 2>&1 | tee -a "$out/asv.log"
+  rc=${PIPESTATUS[0]}
+  echo "=== exit $rc after $((SECONDS - start)) s" | tee -a "$out/asv.log"
+  [ "$rc" -ne 0 ] && status=$rc
+  tar -cf "$out/asv-results.tar" experiments/asv/results/"$machine" experiments/asv/results/benchmarks.json 2>/dev/null
+done
+exit $status
