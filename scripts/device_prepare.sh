@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-  asv==0.6.6 asv-runner==0.3.2 json5 pympler importlib-metadata==8.7.0 virtualenv distlib platformdirs \
+  asv==0.6.6 asv-runner==0.3.2 json5 pympler importlib-metadata==8.7.0 zipp virtualenv distlib platformdirs \
+  filelock python-discovery tabulate wheel build packaging pyproject_hooks  `# asv's virtualenv environment, offline` \
   accelerated-scan==0.3.1 fla-core==0.6.0  # the roofline's peers (benchmarks.harness.peers)
 git bundle create -q .whl/repo.bundle --all
 echo "ready: $(ls .whl | wc -l) files in .whl (bundle of $(git rev-parse --short HEAD))"
