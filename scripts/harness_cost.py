@@ -1,0 +1,47 @@
+"""Where a suite run's time goes, per cell and phase (GPU): first call (compile), device_time,
+call_latency, peak memory, wall-clock seconds each. For sizing the harness's budgets.
+
+    python scripts/harness_cost.py [--ops linear_scan matrix_affine_scan] [--shapes lab large]
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tabulate import tabulate  # noqa: E402
+
+from benchmarks.harness import grid, measure  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", nargs="*", default=["linear_scan", "matrix_affine_scan"])
+    ap.add_argument("--shapes", nargs="*", default=["lab", "large"])
+    args = ap.parse_args()
+    rows = []
+    for op in args.ops:
+        for shape in args.shapes:
+            for direction in grid.DIRECTIONS:
+                t0 = time.perf_counter()
+                xs = measure.inputs_for(op, shape, direction)
+                fn = measure.workload(op, "triton", direction, xs)
+                fn()
+                measure.torch.cuda.synchronize()
+                t1 = time.perf_counter()
+                dev = measure.device_time(fn)
+                t2 = time.perf_counter()
+                lat = measure.call_latency(fn)
+                t3 = time.perf_counter()
+                measure.peak_bytes(fn)
+                t4 = time.perf_counter()
+                rows.append([op, shape, direction, t1 - t0, t2 - t1, dev["number"], t3 - t2, lat["number"], t4 - t3,
+                             measure.median_of(dev) * 1e6, measure.median_of(lat) * 1e6])
+                del xs, fn
+    print(tabulate(rows, headers=["op", "shape", "dir", "first s", "device_time s", "n", "call_latency s", "n",
+                                  "peak s", "device us", "latency us"], floatfmt=".3g"))
+
+
+if __name__ == "__main__":
+    main()
