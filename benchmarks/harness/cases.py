@@ -140,8 +140,8 @@ def bytes_moved(inputs, outputs, direction: str) -> int:
 def _late(module, name: str, **kwargs) -> Callable:
     """``module.name(*args, **kwargs)``, looked up at call time: the harness measures every
     commit of scankit, and an older one may lack a function (its cells are then n/a)."""
-    def call(*args):
-        return getattr(module, name)(*args, **kwargs)
+    def call(*args, **more):
+        return getattr(module, name)(*args, **kwargs, **more)
     call.__name__ = name
     return call
 
