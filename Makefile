@@ -40,16 +40,17 @@ test-newest-triton:
 	@$(NEWEST)/bin/python -c "import torch, triton, numpy; print('newest: triton', triton.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)"
 	TRITON_INTERPRET=1 $(NEWEST)/bin/python -m pytest -q -n auto $(KERNEL_TESTS)
 
-## bench: the asv suite on the current commit (CUDA machine), then render experiments/bench/
+## bench: the asv suite on the current commit (CUDA machine), then render experiments/bench/.
+## asv installs the commit into its virtualenv environment (asv.conf.json), torch/triton from BENCH_PYTHON.
 bench:
 	@$(BENCH_PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || \
 	  { echo "make bench: $(BENCH_PYTHON) sees no CUDA device (or has no torch); the suite times and checks the kernels on a GPU (README: Running the benchmarks on a GPU machine)." >&2; exit 2; }
 	@test -z "$$(git status --porcelain --untracked-files=no -- scankit benchmarks)" || \
-	  { echo "make bench: scankit/ or benchmarks/ has uncommitted changes; results would be filed under HEAD. Commit first." >&2; exit 2; }
-	@$(BENCH_PYTHON) -c "import asv, asv_runner, jinja2, tabulate, matplotlib" 2>/dev/null || $(BENCH_PYTHON) -m pip install -q -r requirements-bench.txt
-	$(BENCH_PYTHON) -m asv machine --yes --machine $(MACHINE)
-	SCANKIT_ASV_MACHINE=$(MACHINE) SCANKIT_ASV_COMMIT=$$(git rev-parse HEAD) $(BENCH_PYTHON) -m asv run -E existing:$$(command -v $(BENCH_PYTHON)) \
-	  --set-commit-hash $$(git rev-parse HEAD) --machine $(MACHINE) --show-stderr
+	  { echo "make bench: scankit/ or benchmarks/ has uncommitted changes; asv measures the committed HEAD. Commit first." >&2; exit 2; }
+	@$(BENCH_PYTHON) -c "import asv, asv_runner, virtualenv, jinja2, tabulate, matplotlib" 2>/dev/null || $(BENCH_PYTHON) -m pip install -q -r requirements-bench.txt
+	$(BENCH_PYTHON) tools/asv_machine.py --machine $(MACHINE)
+	SCANKIT_ASV_MACHINE=$(MACHINE) SCANKIT_ASV_COMMIT=$$(git rev-parse HEAD) SCANKIT_ASV_SITE_PYTHON=$$(command -v $(BENCH_PYTHON)) \
+	  $(BENCH_PYTHON) -m asv run HEAD^! --machine $(MACHINE) --record-samples --show-stderr
 	$(MAKE) render BENCH_PYTHON=$(BENCH_PYTHON) MACHINE=$(MACHINE)
 
 ## render: experiments/bench/*.md + *.json from the newest committed asv run of MACHINE

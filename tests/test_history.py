@@ -1,5 +1,6 @@
-"""tools/run_history.py: skips what is measured or has no suite; runs a commit in a worktree
-and merges its (partial, here) result into the database."""
+"""tools/run_history.py: skips what is measured; runs a commit (installed into asv's
+virtualenv environment, measured by this checkout's harness) and merges its (partial, here)
+result into the database."""
 import json
 import os
 import subprocess
@@ -22,14 +23,29 @@ def git(*args):
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
 
-def test_dry_run_skips_measured_and_suiteless_commits():
+def test_dry_run_skips_commits_the_harness_measured_and_reruns_the_rest(tmp_path):
+    """A complete result of this harness is skipped; one that a commit's own older suite
+    recorded (no device time) is measured again, by the one harness."""
     if not git("cat-file", "-t", MEASURED):
         pytest.skip("history without the measured commit")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from run_history import CORE
+
     first = git("rev-list", "--max-parents=0", "HEAD")
     out = history(f"{first}..{MEASURED}", "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert f"skip  {MEASURED[:12]}" in out.stdout and "already measured on h200" in out.stdout
-    assert "no asv suite at this commit" in out.stdout
+    assert f"run   {MEASURED[:12]}" in out.stdout  # committed, but by its own suite: measured again
+    results = tmp_path / "results"
+    (results / "h200").mkdir(parents=True)
+    (results / "h200" / "machine.json").write_text(json.dumps({"machine": "h200", "version": 1}))
+    cols = ["result", "params", "version"]
+    run = dict(commit_hash=MEASURED, result_columns=cols, date=1, env_name="e",
+               results={name: [1.0, [], "v"] for name in CORE})
+    (results / "h200" / f"{MEASURED[:8]}-e.json").write_text(json.dumps(run))
+    (results.parent / "parity" / "h200").mkdir(parents=True)
+    (results.parent / "parity" / "h200" / f"{MEASURED}.json").write_text(json.dumps(dict(env={}, rows=[])))
+    out = history(f"{first}..{MEASURED}", "--dry-run", "--results-dir", str(results))
+    assert f"skip  {MEASURED[:12]}" in out.stdout and "already measured on h200" in out.stdout, out.stdout
 
 
 def test_bad_range_exits_2():

@@ -40,8 +40,23 @@ def file_head(results_dir, base, edit):
 
 
 def set_result(run, name, index, factor=None, value=None):
+    """Scale (or set) one cell of a run: ``index`` is its position or its params tuple."""
+    if isinstance(index, tuple):
+        index = cell_index(run, name, index)
     result = run["results"][name][run["result_columns"].index("result")]
     result[index] = result[index] * factor if factor is not None else value
+
+
+def cell_index(run, name, params):
+    import ast
+    import itertools
+
+    entry = run["results"][name]
+    grid = [[ast.literal_eval(p) for p in ps] for ps in entry[run["result_columns"].index("params")]]
+    return list(itertools.product(*grid)).index(params)
+
+
+LARGE = ("parallel_scan_log", "large", "triton", "fwd")
 
 
 def test_identical_results_pass(results):
@@ -65,11 +80,11 @@ def test_a_machine_with_no_runs_is_ignored(results):
 
 def test_injected_slowdown_fails_naming_the_benchmark(results):
     results_dir, _, base = results
-    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 0, factor=1.5))
+    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, LARGE, factor=1.5))
     out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
     assert out.returncode == 1, out.stdout + out.stderr
     assert "1 regressions" in out.stdout
-    assert f"| {TIME} | parallel_scan_log, lab, triton, fwd |" in out.stdout and "1.50×" in out.stdout
+    assert f"| {TIME} | parallel_scan_log, large, triton, fwd |" in out.stdout and "1.50×" in out.stdout
     assert "**slower**" in out.stdout
 
 
@@ -77,8 +92,8 @@ def test_slowdown_under_the_factor_and_speedups_pass(results):
     results_dir, _, base = results
 
     def edit(run):
-        set_result(run, TIME, 0, factor=1.05)
-        set_result(run, TIME, 1, factor=0.5)
+        set_result(run, TIME, LARGE, factor=1.03)
+        set_result(run, TIME, ("linear_scan", "large", "triton", "fwd"), factor=0.5)
 
     base_hash = file_head(results_dir, base, edit)
     out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
@@ -103,7 +118,7 @@ def test_slowdown_inside_the_noise_is_not_a_regression(results):
     base_file.write_text(json.dumps(noisy))
 
     def edit(run):
-        set_result(run, TIME, 0, factor=1.5)
+        set_result(run, TIME, LARGE, factor=1.5)
 
     base_hash = file_head(results_dir, noisy, edit)
     out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
@@ -143,7 +158,7 @@ def test_rerun_of_the_same_commit_from_another_results_dir(results, tmp_path):
     rerun = tmp_path / "rerun"
     shutil.copytree(results_dir, rerun)
     run = copy.deepcopy(base)
-    set_result(run, TIME, 0, factor=1.5)
+    set_result(run, TIME, LARGE, factor=1.5)
     (rerun / "h200" / base_file.name).write_text(json.dumps(run))
     commit = base["commit_hash"]
     out = gate("--base", commit, "--head", commit, "--results-dir", str(results_dir), "--head-results-dir", str(rerun))
@@ -154,7 +169,7 @@ def test_rerun_of_the_same_commit_from_another_results_dir(results, tmp_path):
 
 
 def test_noise_dir_widens_only_the_cells_that_a_rerun_moved(results, tmp_path):
-    """--noise-dir: a rerun that read one cell 1.4x apart lets that cell move 1.4 x 1.1
+    """--noise-dir: a rerun that read one cell 1.45x apart lets that cell move 1.45 x its threshold
     without failing; another cell's 1.3x slowdown still fails."""
     results_dir, base_file, base = results
     noise = tmp_path / "noise"
@@ -163,13 +178,14 @@ def test_noise_dir_widens_only_the_cells_that_a_rerun_moved(results, tmp_path):
         if path.name not in ("machine.json", base_file.name):
             path.unlink()
     rerun = copy.deepcopy(base)
-    set_result(rerun, TIME, 0, factor=1.4)
+    set_result(rerun, TIME, LARGE, factor=1.45)
     (noise / "h200" / base_file.name).write_text(json.dumps(rerun))
 
-    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 0, factor=1.5))
+    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, LARGE, factor=1.5))
     out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir), "--noise-dir", str(noise))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "inside the rerun spread 1.40x" in out.stdout
-    base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, 1, factor=1.3))
+    assert "inside the rerun spread 1.45x" in out.stdout
+    base_hash = file_head(results_dir, base, lambda run: set_result(
+        run, TIME, ("parallel_scan_log", "large", "triton", "fwdbwd"), factor=1.3))
     out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir), "--noise-dir", str(noise))
     assert out.returncode == 1 and TIME in out.stdout, out.stdout + out.stderr

@@ -1,23 +1,48 @@
 #!/usr/bin/env python3
 """The regression gate: compare the asv results of two commits on one machine.
 
-Prints a markdown table of every benchmark that changed beyond --factor (slower or larger,
-faster or smaller, newly failing, parity now failing). Exit status: 1 when anything got
-slower (or larger) than the factor, a benchmark that had a value has none now, or a parity
-track now fails; 0 otherwise; 2 on bad arguments or missing results (saying which).
-Where asv recorded a 99% confidence interval for both sides and the intervals overlap, the
-change is inside the noise and not a regression.
+Gated: the device time of scankit's own kernels (``Scans``; the block-median ``track_time``
+of older runs likewise), their peak memory (more than 1.00x + 1 MiB), and parity (any newly
+failing case). Everything else (the references, call latency, peers, mixers, copy
+bandwidth) is reported as a trend and never fails the gate: it measures torch and the host.
+
+A time cell counts as slower beyond its class's threshold. The threshold comes from the
+history (``noise_model``): the log-ratios of every cell between runs of unchanged kernel
+code on this machine, pooled by (benchmark, shape, direction), give a robust spread sigma
+(1.4826 x median |log ratio|), and the threshold is exp(max(log FLOOR, Z sigma, MARGIN x the
+widest |log ratio| seen)): a cell such as the bimodal 2x2 kernel at vlong, which read 11%
+apart in one run of unchanged code, gets a threshold above that. A class with too little
+history takes --factor. Where asv recorded a 99% confidence interval for both
+sides and they overlap, a change is inside the noise. Exit status: 1 on any regression, 0
+otherwise, 2 on bad arguments or missing results (saying which).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
+import statistics
+import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness.asv_results import ResultsError, benchmarks, columns, load_run, pick_machine, values  # noqa: E402
+from benchmarks.harness.asv_results import (ResultsError, benchmarks, columns, load_run, pick_machine, runs,  # noqa: E402
+                                            values)
+
+# What a kernel commit can change: a pair of runs of commits that differ in none of these
+# measured the same code (its spread is the noise).
+KERNEL_PATHS = ("scankit/triton", "scankit/ops.py", "scankit/mixers.py", "scankit/dispatch.py", "scankit/reference.py")
+TIME_GATED = ("bench_scans.Scans.track_device_time", "bench_scans.Scans.track_time")
+MEMORY_GATED = ("bench_scans.Scans.track_peak_cuda_memory",)
+MEMORY_SLACK = 1 << 20
+FLOOR = 1.05      # no time threshold below this ratio
+Z = 4.0           # robust sigmas of the unchanged-code spread
+MARGIN = 1.1      # and 10% beyond the widest log-ratio seen between runs of unchanged code
+MIN_RESIDUALS = 8  # history needed before a class's threshold replaces --factor
 
 PARITY_FAILING = "track_failing_cases"
 PARITY_MARGIN = "track_worst_error_over_gate"
@@ -26,6 +51,50 @@ PARITY_MARGIN = "track_worst_error_over_gate"
 def _ci(run, name):
     lo, hi = columns(run, name, "stats_ci_99_a"), columns(run, name, "stats_ci_99_b")
     return {k: (lo[k], hi.get(k)) for k in lo if lo[k] is not None and hi.get(k) is not None}
+
+
+def kernels_unchanged(a: str, b: str) -> bool:
+    """Whether commits ``a`` and ``b`` have the same kernel code (git; unknown commits: no)."""
+    out = subprocess.run(["git", "diff", "--quiet", a, b, "--", *KERNEL_PATHS], cwd=ROOT, capture_output=True)
+    return out.returncode == 0
+
+
+def _gated_time(name: str, params: tuple) -> bool:
+    return name in TIME_GATED and len(params) == 4 and params[2] == "triton"
+
+
+def cell_class(name: str, params: tuple) -> tuple:
+    """Cells that share a noise level: one benchmark, one shape, one direction."""
+    return name, params[1], params[3]
+
+
+def residuals(history: list[dict], unchanged=kernels_unchanged) -> dict:
+    """{class: [|log ratio|, ...]} of the gated time cells over every pair of runs of
+    unchanged kernel code with the same benchmark version."""
+    out = defaultdict(list)
+    for a, b in itertools.combinations(history, 2):
+        if not unchanged(a["commit_hash"], b["commit_hash"]):
+            continue
+        for name in TIME_GATED:
+            if name not in a["results"] or name not in b["results"]:
+                continue
+            if a.get("benchmark_version", {}).get(name) != b.get("benchmark_version", {}).get(name):
+                continue
+            va, vb = values(a, name), values(b, name)
+            for params in set(va) & set(vb):
+                if _gated_time(name, params) and va[params] and vb[params] and va[params] > 0 and vb[params] > 0:
+                    out[cell_class(name, params)].append(abs(math.log(vb[params] / va[params])))
+    return dict(out)
+
+
+def noise_model(history: list[dict], unchanged=kernels_unchanged) -> dict:
+    """{class: slowdown ratio beyond which a gated time cell of that class is a regression}."""
+    model = {}
+    for cls, rs in residuals(history, unchanged).items():
+        if len(rs) >= MIN_RESIDUALS:
+            sigma = 1.4826 * statistics.median(rs)
+            model[cls] = math.exp(max(math.log(FLOOR), Z * sigma, MARGIN * max(rs)))
+    return model
 
 
 def rerun_spread(first: dict, rerun: dict) -> dict:
@@ -41,10 +110,13 @@ def rerun_spread(first: dict, rerun: dict) -> dict:
     return spread
 
 
-def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | None = None) -> list[dict]:
-    """Every change beyond ``factor`` between two runs, each with ``regression`` True/False.
+def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | None = None,
+            model: dict | None = None) -> list[dict]:
+    """Every change beyond its threshold between two runs, each with ``regression`` True/False.
+    ``model`` (``noise_model``): per-class thresholds of the gated time cells (else ``factor``).
     ``spread`` (``rerun_spread``): a cell whose two runs of one commit read s apart counts
-    only beyond s x factor, and a slowdown within it is marked as inside the rerun spread."""
+    only beyond s x factor, and a slowdown within it is marked as inside the rerun spread.
+    Cells that are not gated are reported beyond ``factor`` as trends, never as regressions."""
     changes = []
     for name in sorted(set(base["results"]) | set(head["results"])):
         if name not in known:
@@ -73,19 +145,30 @@ def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | N
             if old is None:
                 changes.append(dict(row, change="new", regression=False))
                 continue
+            gated_time = _gated_time(name, params)
+            if name in MEMORY_GATED:
+                if new > old + MEMORY_SLACK:
+                    changes.append(dict(row, ratio=new / old if old else math.inf, change="larger",
+                                        regression=len(params) == 4 and params[2] == "triton"))
+                elif new < old - MEMORY_SLACK:
+                    changes.append(dict(row, ratio=new / old, change="smaller", regression=False))
+                continue
             if old <= 0 or new <= 0:
                 continue
             ratio = new / old
+            limit = (model or {}).get(cell_class(name, params), factor) if gated_time else factor
             noise = params in b_ci and params in h_ci and b_ci[params][1] >= h_ci[params][0] \
                 and h_ci[params][1] >= b_ci[params][0]
             rerun = (spread or {}).get((name, params), 1.0)
             grows = "slower" if row["unit"] == "seconds" else "larger"
             shrinks = "faster" if row["unit"] == "seconds" else "smaller"
-            if ratio > factor:
-                within = ratio <= rerun * factor
-                why = " (inside the noise)" if noise else f" (inside the rerun spread {rerun:.2f}x)" if within else ""
-                changes.append(dict(row, ratio=ratio, change=grows + why, regression=not (noise or within)))
-            elif ratio < 1 / factor:
+            if ratio > limit:
+                within = ratio <= rerun * limit
+                why = (" (inside the noise)" if noise else f" (inside the rerun spread {rerun:.2f}x)" if within
+                       else "" if gated_time else " (trend, not gated)")
+                changes.append(dict(row, ratio=ratio, limit=limit, change=grows + why,
+                                    regression=gated_time and not (noise or within)))
+            elif ratio < 1 / limit:
                 changes.append(dict(row, ratio=ratio, change=shrinks, regression=False))
     return changes
 
@@ -101,12 +184,13 @@ def _fmt(value, unit):
 
 
 def table(changes: list[dict]) -> str:
-    lines = ["| benchmark | params | base | head | ratio | change |", "|---|---|---|---|---|---|"]
+    lines = ["| benchmark | params | base | head | ratio | threshold | change |", "|---|---|---|---|---|---|---|"]
     for c in changes:
         ratio = f"{c['ratio']:.2f}×" if "ratio" in c else ""
+        limit = f"{c['limit']:.2f}×" if "limit" in c else ""
         flag = f"**{c['change']}**" if c["regression"] else c["change"]
         lines.append(f"| {c['benchmark']} | {c['params']} | {_fmt(c['base'], c['unit'])} | "
-                     f"{_fmt(c['head'], c['unit'])} | {ratio} | {flag} |")
+                     f"{_fmt(c['head'], c['unit'])} | {ratio} | {limit} | {flag} |")
     return "\n".join(lines)
 
 
@@ -114,7 +198,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the commit to compare against")
     parser.add_argument("--head", required=True, help="the commit under test")
-    parser.add_argument("--factor", type=float, default=1.10, help="change that counts (default 1.10)")
+    parser.add_argument("--factor", type=float, default=1.10, help="change that counts where the history gives no "
+                        "threshold, and for the trends (default 1.10)")
+    parser.add_argument("--no-history", action="store_true", help="ignore the history's noise model: --factor everywhere")
     parser.add_argument("--results-dir", default=str(ROOT / "experiments" / "asv" / "results"))
     parser.add_argument("--head-results-dir", help="take the head run from this results dir instead (a rerun "
                         "of the same commit kept apart: the gate then measures the run-to-run noise)")
@@ -139,10 +225,11 @@ def main(argv=None) -> int:
             _, rerun = load_run(Path(args.noise_dir), machine)
             _, first = load_run(results, machine, rerun["commit_hash"])
             spread = rerun_spread(first, rerun)
+        model = None if args.no_history else noise_model(runs(results, machine))
     except ResultsError as exc:
         print(f"check_regressions: {exc}", file=sys.stderr)
         return 2
-    changes = compare(base, head, known, args.factor, spread)
+    changes = compare(base, head, known, args.factor, spread, model)
     regressions = [c for c in changes if c["regression"]]
     print(f"{machine}: {base['commit_hash'][:12]} -> {head['commit_hash'][:12]}, factor {args.factor}: "
           f"{len(changes)} changed, {len(regressions)} regressions\n")

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Run the asv suite offline for every commit of a range, each commit's code in isolation.
+"""Run the asv suite offline for every commit of a range: what plain ``asv run A..B`` does,
+plus what asv lacks (several GPUs, a guarded merge into the committed database).
 
     python tools/run_history.py REV_RANGE [--machine h200] [--python python3] [--bench REGEX]
         [--gpus 0,1] [--timeout S] [--log-dir DIR] [--dry-run]
 
-Each commit is checked out in its own git worktree and measured by its own suite (its
-asv.conf.json and benchmarks/) in an asv ``existing`` environment, into a staging results
-dir; the result (and its parity rows) is then merged into the committed database
-(experiments/asv/results). With several ``--gpus`` the suite's benchmark modules are
-shared out over them (one asv process per GPU, at once) and the parts merged back into one
-result (tools/merge_asv_results.py). Commits that already have a complete result on the machine are
-skipped; a partial new result never replaces a complete one. Commits without an asv suite
-are skipped, said so.
+Every commit is measured by this checkout's one harness (benchmarks/): asv installs the
+commit into its virtualenv environment (asv.conf.json) and runs the suite against it, into
+a staging results dir; the result (and its parity rows) is then merged into the committed
+database (experiments/asv/results). With several ``--gpus`` the suite's benchmark modules
+are shared out over them (one asv process per GPU, at once) and the parts merged back into
+one result (tools/merge_asv_results.py). Commits that already have a complete result on the
+machine are skipped; a partial new result never replaces a complete one; a result in which
+every benchmark failed is never filed. Commits without the scankit package are skipped.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def commits(rev_range: str) -> list[str]:
 
 
 # What a whole suite run records, at every commit that has a suite (a --bench run lacks some)
-CORE = ("bench_scans.Scans.track_time", "bench_scans.track_copy_bandwidth",
+CORE = ("bench_scans.Scans.track_device_time", "bench_scans.track_copy_bandwidth",
         "bench_parity.Parity.track_failing_cases", "bench_mixers.MixerStep.track_step_time")
 
 
@@ -94,62 +95,62 @@ def measure(commit: str, machine: str, python: str, bench: str | None, stage: Pa
     ``gpus``, its share of the suite each); returns the staged dir."""
     from merge_asv_results import merge as merge_parts
 
-    tree = stage / "tree"
-    git("worktree", "add", "--detach", str(tree), commit)
-    try:
-        conf = json.loads(subprocess.run([python, "-c", "import asv.util, json, sys; "
-                                          "print(json.dumps(asv.util.load_json(sys.argv[1], js_comments=True)))",
-                                          str(tree / "asv.conf.json")], check=True, capture_output=True,
-                                         text=True).stdout)
-        env = dict(os.environ, SCANKIT_ASV_MACHINE=machine, SCANKIT_ASV_COMMIT=commit,
-                   SCANKIT_ASV_PARITY_DIR=str(stage / "parity"))
-        asv = [python, "-m", "asv"]
-        conf.update(repo=str(ROOT), benchmark_dir=str(tree / "benchmarks"), results_dir=str(stage / "results"),
-                    env_dir=str(stage / "env"), html_dir=str(stage / "html"))
-        conf.pop("plugins", None)  # publishing plugins, imported relative to the repository root
-        (stage / "asv.conf.json").write_text(json.dumps(conf))
-        subprocess.run(asv + ["machine", "--yes", "--machine", machine], cwd=stage, env=env, check=True)
-        if bench or not gpus or len(gpus) < 2:
-            selections = [bench]
-        else:
-            modules = sorted(p.stem for p in (tree / "benchmarks").glob("bench_*.py"))
-            selections = [f"^({'|'.join(group)})\\." for group in share_out(modules, len(gpus))]
-        # parts share the host's CPUs out too: a part's compiles must not slow another's
-        # host-bound timings (small shapes measure launch overhead)
-        cpus = sorted(os.sched_getaffinity(0))
-        per = max(1, len(cpus) // len(selections))
-        cpu_sets = [set(cpus[i * per:(i + 1) * per]) or set(cpus) for i in range(len(selections))] \
-            if len(selections) > 1 else [None]
-        procs = []
-        for i, selection in enumerate(selections):
-            part = stage / f"part{i}"
-            part.mkdir()
-            (part / "asv.conf.json").write_text(json.dumps(dict(conf, results_dir=str(part / "results"))))
-            cmd = asv + ["run", "-E", f"existing:{shutil.which(python) or python}", "--set-commit-hash", commit,
-                         "--machine", machine, "--show-stderr"] + (["--bench", selection] if selection else [])
-            part_env = dict(env, CUDA_VISIBLE_DEVICES=gpus[i]) if gpus else env
-            log = open(log_dir / f"{commit[:8]}-part{i}.log", "w") if log_dir else None
-            where = (f" on GPU {gpus[i]}" if gpus else "") + \
-                (f", CPUs {min(cpu_sets[i])}-{max(cpu_sets[i])}" if cpu_sets[i] else "")
-            print(f"part {i}{where}: {selection or 'whole suite'}", flush=True)
-            pin = (lambda c=cpu_sets[i]: os.sched_setaffinity(0, c)) if cpu_sets[i] else None
-            # own session: a timeout kills asv and the benchmark processes it spawned
-            procs.append((subprocess.Popen(cmd, cwd=part, env=part_env, stdout=log, stderr=log,
-                                           preexec_fn=pin, start_new_session=True), log))
-        deadline = time.monotonic() + timeout if timeout else None
-        for i, (proc, log) in enumerate(procs):
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()) if deadline else None)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                print(f"part {i}: stopped at the {timeout:.0f} s limit", flush=True)
-            if log:
-                log.close()
-        merge_parts(stage / "results", [stage / f"part{i}" / "results" for i in range(len(procs))])
-        return stage
-    finally:
-        git("worktree", "remove", "--force", str(tree))
+    conf = json.loads(subprocess.run([python, "-c", "import asv.util, json, sys; "
+                                      "print(json.dumps(asv.util.load_json(sys.argv[1], js_comments=True)))",
+                                      str(ROOT / "asv.conf.json")], check=True, capture_output=True, text=True).stdout)
+    env = dict(os.environ, SCANKIT_ASV_MACHINE=machine, SCANKIT_ASV_COMMIT=commit,
+               SCANKIT_ASV_PARITY_DIR=str(stage / "parity"),
+               SCANKIT_ASV_SITE_PYTHON=shutil.which(python) or python)  # its torch + triton (tools/asv_env.py)
+    asv = [python, "-m", "asv"]
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(stage / "results"),
+                env_dir=str(ROOT / ".asv" / "env"), html_dir=str(stage / "html"),
+                install_command=[c.replace("{conf_dir}", str(ROOT)) for c in conf["install_command"]])
+    conf.pop("plugins", None)  # publishing plugins, imported relative to the repository root
+    (stage / "asv.conf.json").write_text(json.dumps(conf))
+    subprocess.run([python, str(ROOT / "tools" / "asv_machine.py"), "--machine", machine], env=env, check=True,
+                   capture_output=True)
+    if bench or not gpus or len(gpus) < 2:
+        selections = [bench]
+    else:
+        modules = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py"))
+        selections = [f"^({'|'.join(group)})\\." for group in share_out(modules, len(gpus))]
+    # parts share the host's CPUs out too: a part's compiles must not slow another's
+    # host-bound timings (small shapes measure launch overhead)
+    cpus = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cpus) // len(selections))
+    cpu_sets = [set(cpus[i * per:(i + 1) * per]) or set(cpus) for i in range(len(selections))] \
+        if len(selections) > 1 else [None]
+    procs = []
+    for i, selection in enumerate(selections):
+        part = stage / f"part{i}"
+        part.mkdir()
+        # parts run at once: each its own environment (one pip at a time per environment)
+        part_env_dir = conf["env_dir"] + (f"-part{i}" if len(selections) > 1 else "")
+        (part / "asv.conf.json").write_text(json.dumps(dict(conf, results_dir=str(part / "results"),
+                                                            env_dir=part_env_dir)))
+        cmd = asv + ["run", f"{commit}^!", "--machine", machine, "--show-stderr", "--record-samples"] + \
+            (["--bench", selection] if selection else [])
+        part_env = dict(env, CUDA_VISIBLE_DEVICES=gpus[i]) if gpus else env
+        log = open(log_dir / f"{commit[:8]}-part{i}.log", "w") if log_dir else None
+        where = (f" on GPU {gpus[i]}" if gpus else "") + \
+            (f", CPUs {min(cpu_sets[i])}-{max(cpu_sets[i])}" if cpu_sets[i] else "")
+        print(f"part {i}{where}: {selection or 'whole suite'}", flush=True)
+        pin = (lambda c=cpu_sets[i]: os.sched_setaffinity(0, c)) if cpu_sets[i] else None
+        # own session: a timeout kills asv and the benchmark processes it spawned
+        procs.append((subprocess.Popen(cmd, cwd=part, env=part_env, stdout=log, stderr=log,
+                                       preexec_fn=pin, start_new_session=True), log))
+    deadline = time.monotonic() + timeout if timeout else None
+    for i, (proc, log) in enumerate(procs):
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()) if deadline else None)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            print(f"part {i}: stopped at the {timeout:.0f} s limit", flush=True)
+        if log:
+            log.close()
+    merge_parts(stage / "results", [stage / f"part{i}" / "results" for i in range(len(procs))])
+    return stage
 
 
 def newest(results_dir: Path, machine: str, commit: str) -> bool:
@@ -238,8 +239,8 @@ def main(argv=None) -> int:
         if complete(results_dir, args.machine, commit):
             print(f"skip  {label}: already measured on {args.machine}")
             continue
-        if subprocess.run(["git", "cat-file", "-e", f"{commit}:asv.conf.json"], cwd=ROOT).returncode:
-            print(f"skip  {label}: no asv suite at this commit")
+        if subprocess.run(["git", "cat-file", "-e", f"{commit}:scankit/__init__.py"], cwd=ROOT).returncode:
+            print(f"skip  {label}: no scankit package at this commit")
             continue
         if args.dry_run:
             print(f"run   {label}")

@@ -168,29 +168,41 @@ def call_latency(fn, samples: int = SAMPLES) -> dict:
     return dict(samples=[_wall_block(fn, n) for _ in range(samples)], number=n)
 
 
+MAX_SLEEP_S = 0.5   # a sample's head start for the host, at most
+
+
 def device_time(fn, samples: int = SAMPLES) -> dict:
     """GPU seconds per call without the host: each sample queues n calls behind a GPU sleep
     long enough for the host to enqueue them all, and times them with CUDA events, so the
-    GPU runs them back to back whatever the host's launch cost."""
+    GPU runs them back to back whatever the host's launch cost. A sample whose enqueueing
+    outlasted its sleep (the GPU then waited on the host) is taken again with a longer one."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     fn()
     torch.cuda.synchronize()
     host = []
-    for _ in range(3):  # the host's enqueue time per call (no sync inside)
-        torch.cuda.synchronize()
+    for _ in range(5):  # the host's enqueue time per call (no sync inside); the median: a
+        torch.cuda.synchronize()  # late compile or a GC pause in one call must not size every sleep
         t0 = time.perf_counter()
         fn()
         host.append(time.perf_counter() - t0)
     rate = _sleep_cycles_per_second()
+    per_call = statistics.median(host)
 
     def queued(n: int) -> float:
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(rate * (2.0 * n * max(host) + 50e-6)))
-        start.record()
-        for _ in range(n):
-            fn()
-        end.record()
-        end.synchronize()
+        sleep = min(MAX_SLEEP_S, 1.5 * n * per_call + 50e-6)
+        for _ in range(4):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(rate * sleep))
+            t0 = time.perf_counter()
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            enqueued = time.perf_counter() - t0
+            end.synchronize()
+            if enqueued < sleep or sleep >= MAX_SLEEP_S:
+                break
+            sleep = min(MAX_SLEEP_S, 2 * enqueued)
         return start.elapsed_time(end) * 1e-3 / n
 
     once = min(queued(1) for _ in range(2))

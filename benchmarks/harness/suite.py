@@ -227,14 +227,13 @@ def write_parity_sidecar(rows, env) -> Path:
     """Keep an asv run's per-case parity rows beside its results:
     ``$SCANKIT_ASV_PARITY_DIR`` (default experiments/asv/parity) / machine / commit.json.
 
-    asv passes none of its own variables to an ``existing`` environment's benchmark
-    processes, so the machine comes from SCANKIT_ASV_MACHINE and the commit from
-    SCANKIT_ASV_COMMIT (``make bench`` sets both) or else the checkout's HEAD, which is what
-    an ``existing`` environment runs.
+    The commit is asv's ``ASV_COMMIT`` where asv passes it (the commit it installed into its
+    environment), else SCANKIT_ASV_COMMIT, else the checkout's HEAD (what an ``existing``
+    environment runs); the machine comes from SCANKIT_ASV_MACHINE (``make bench`` sets it).
     """
     import subprocess
 
-    commit = os.environ.get("SCANKIT_ASV_COMMIT") or subprocess.run(
+    commit = os.environ.get("ASV_COMMIT") or os.environ.get("SCANKIT_ASV_COMMIT") or subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     if not commit:
         raise RuntimeError("cannot tell which commit this asv run measures: set SCANKIT_ASV_COMMIT")
