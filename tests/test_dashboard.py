@@ -47,6 +47,19 @@ def test_published_pages_load_nothing_remote(site):
     assert (site["html"] / "vendor" / "jquery-3.3.1.min.js").exists()
 
 
+def test_regressions_page_lists_only_gated_series(site):
+    """The Regressions page watches what the gate gates (asv.conf.json regressions_first_commits):
+    none of the committed history's nine former entries (all block-median noise of unchanged
+    kernel code, or references) is listed."""
+    import json
+
+    listed = json.loads((site["html"] / "regressions.json").read_text())["regressions"]
+    names = [r[0] for r in listed]
+    assert not [n for n in names if n.startswith(("bench_scans.References", "bench_scans.Scans.track_time",
+                                                  "bench_scans.Scans.track_call_latency", "bench_roofline"))], names
+    assert listed == [], names
+
+
 def chromium(url, tmp_path, *extra):
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (.ci/run installs Debian's chromium)")
