@@ -5,6 +5,8 @@
 # Each argument is one asv command line (after `python3 -m asv`, --machine added). After each,
 # the machine's results (experiments/asv/results/h200) are packed into $OUT/asv-results.tar
 # and the log is $OUT/asv.log, so what finished comes back even if a later command is cut off.
+# Each command stops after ASV_LIMIT_S seconds (default 480: inside the device's 10-minute
+# command limit, so the packing still runs; what asv finished before that is kept).
 set -uo pipefail
 out=${OUT:-/tmp/scankit-asv}
 machine=${MACHINE:-h200}
@@ -17,7 +19,8 @@ status=0
 for cmd in "$@"; do
   echo "=== asv $cmd ($(date -u +%H:%M:%S))" | tee -a "$out/asv.log"
   start=$SECONDS
-  eval "python3 -m asv $cmd --machine $machine --show-stderr" 2>&1 | tee -a "$out/asv.log"
+  eval "timeout --kill-after=10 ${ASV_LIMIT_S:-480} python3 -m asv $cmd --machine $machine --show-stderr" 2>&1 \
+    | tee -a "$out/asv.log"
   rc=${PIPESTATUS[0]}
   echo "=== exit $rc after $((SECONDS - start)) s" | tee -a "$out/asv.log"
   [ "$rc" -ne 0 ] && status=$rc
