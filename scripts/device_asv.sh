@@ -6,7 +6,7 @@
 # the machine's results (experiments/asv/results/h200) are packed into $OUT/asv-results.tar
 # and the log is $OUT/asv.log, so what finished comes back even if a later command is cut off.
 # Each command stops after ASV_LIMIT_S seconds (default 480: inside the device's 10-minute
-# command limit, so the packing still runs; what asv finished before that is kept).
+# command limit, so the packing still runs; asv files a commit's result once that commit is done).
 set -uo pipefail
 out=${OUT:-/tmp/scankit-asv}
 machine=${MACHINE:-h200}
