@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from benchmarks.harness import grid, measure  # noqa: E402
@@ -28,7 +29,7 @@ def main():
                 xs = measure.inputs_for(op, shape, direction)
                 fn = measure.workload(op, "triton", direction, xs)
                 fn()
-                measure.torch.cuda.synchronize()
+                torch.cuda.synchronize()
                 t1 = time.perf_counter()
                 dev = measure.device_time(fn)
                 t2 = time.perf_counter()

@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import check_regressions as gate  # noqa: E402
 from benchmarks.harness.asv_results import benchmarks, runs, values  # noqa: E402
+from test_regression_gate import TIME, set_result  # noqa: E402  (the committed history's gated time; one cell scaled)
 
 RESULTS = ROOT / "experiments" / "asv" / "results"
-TIME = "bench_scans.Scans.track_time"   # the committed history's gated time (block medians)
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +40,7 @@ def model_without(history, a, b):
 
 def scaled(run, params, factor):
     out = copy.deepcopy(run)
-    cols = out["result_columns"]
-    entry = out["results"][TIME]
-    import ast
-
-    grid = [[ast.literal_eval(p) for p in ps] for ps in entry[cols.index("params")]]
-    i = list(itertools.product(*grid)).index(params)
-    entry[cols.index("result")][i] *= factor
+    set_result(out, TIME, params, factor=factor)
     return out
 
 

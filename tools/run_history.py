@@ -57,8 +57,8 @@ CORE = ("bench_scans.Scans.track_device_time", "bench_scans.track_copy_bandwidth
 
 def complete(results_dir: Path, machine: str, commit: str) -> bool:
     """Whether the database holds a whole-suite result of ``commit`` (values for every core
-    benchmark, and its per-case parity rows). Judged the same for every commit, whichever
-    grid its own suite had."""
+    benchmark of this harness, and its per-case parity rows). A result that a commit's own
+    older suite recorded has no device time: that commit is measured again."""
     from benchmarks.harness.asv_results import values
 
     for path in result_files(results_dir, machine, commit):
@@ -91,7 +91,7 @@ def share_out(modules: list[str], n: int) -> list[list[str]]:
 
 def measure(commit: str, machine: str, python: str, bench: str | None, stage: Path,
             gpus: list[str] | None = None, timeout: float | None = None, log_dir: Path | None = None) -> Path:
-    """asv run of ``commit`` in a worktree into ``stage`` (one asv process per GPU of
+    """asv run of ``commit`` (installed into asv's environment) into ``stage`` (one asv process per GPU of
     ``gpus``, its share of the suite each); returns the staged dir."""
     from merge_asv_results import merge as merge_parts
 
@@ -153,16 +153,6 @@ def measure(commit: str, machine: str, python: str, bench: str | None, stage: Pa
     return stage
 
 
-def newest(results_dir: Path, machine: str, commit: str) -> bool:
-    """Whether every commit measured on ``machine`` is ``commit`` or one of its ancestors."""
-    for path in (results_dir / machine).glob("*.json"):
-        other = json.loads(path.read_text()).get("commit_hash")
-        if other and subprocess.run(["git", "merge-base", "--is-ancestor", other, commit], cwd=ROOT,
-                                    capture_output=True).returncode:
-            return False
-    return True
-
-
 def measured_anything(path: Path) -> bool:
     """Whether an asv result file holds at least one value (a run on a machine that could not
     run the suite records every benchmark as failed)."""
@@ -189,14 +179,11 @@ def merge(stage: Path, results_dir: Path, machine: str, commit: str) -> str:
         path.unlink()
     for path in staged:
         shutil.copy2(path, results_dir / machine / path.name)
-    for name in ("machine.json",):
-        if not (results_dir / machine / name).exists():
-            shutil.copy2(stage / "results" / machine / name, results_dir / machine / name)
-    # benchmarks.json describes the newest suite measured: an older commit's suite only fills
-    # it in when there is none yet
+    # the machine as this run found it (GPU, driver, torch, triton: tools/asv_machine.py)
+    shutil.copy2(stage / "results" / machine / "machine.json", results_dir / machine / "machine.json")
+    # benchmarks.json describes the suite: every commit is measured by this checkout's harness
     staged_suite = stage / "results" / "benchmarks.json"
-    if staged_suite.exists() and (not (results_dir / "benchmarks.json").exists()
-                                  or newest(results_dir, machine, commit)):
+    if staged_suite.exists():
         shutil.copy2(staged_suite, results_dir / "benchmarks.json")
     parity = stage / "parity" / machine / f"{commit}.json"
     if parity.exists():

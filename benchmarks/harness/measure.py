@@ -63,7 +63,7 @@ def implementation(op_name: str, impl: str):
 
 
 def workload(op_name: str, impl: str, direction: str, xs):
-    """A no-argument callable: forward under no_grad, or forward + sum + backward."""
+    """A no-argument callable: forward under no_grad, or forward + backward (``callable_workload``)."""
     return callable_workload(implementation(op_name, impl), xs, direction)
 
 
@@ -339,9 +339,11 @@ def mixer_train_step(label: str, path: str, B=128, T=64, device="cuda"):
     mixer = MIXER_CASES[label]().to(device)
     x = torch.randn(B, T, 64, device=device)
     mode = "eager" if path == "generic" else _kernel_mode(device)
+    with torch.no_grad(), scan_mode(mode):
+        cot = torch.randn_like(mixer(x))  # a fixed contiguous grad output, as the scan cells take
 
     def run():
         with scan_mode(mode):
-            return torch.autograd.grad(mixer(x).sum(), list(mixer.parameters()))
+            return torch.autograd.grad(mixer(x), list(mixer.parameters()), cot)
 
     return run

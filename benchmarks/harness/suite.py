@@ -53,12 +53,7 @@ def _wall(fn) -> float:
 
 def _cpu_seconds(fn, repeats=3) -> float:
     fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return statistics.median(_wall(fn) for _ in range(repeats))
 
 
 def cell_skip(op_name: str, shape: str, impl: str):
