@@ -148,6 +148,9 @@ def wide_range_log_inputs(B, T, D, gen, spread=60.0):
     log coefficients run up to ~2 spread (exp() of them far outside fp32) right next to
     strong decays, while every h is finite and positive."""
     ell = torch.empty(B, T + 1, D, dtype=torch.float64).uniform_(-spread, spread, generator=gen)
+    if T >= 2 and D >= 2:  # the extremes planted, not left to the draw: a rise of 2 spread, a fall of 2 spread
+        ell[:, 0, 0], ell[:, 1, 0] = -spread, spread
+        ell[:, 1, 1], ell[:, 2, 1] = spread, -spread
     delta = torch.empty(B, T, D, dtype=torch.float64).uniform_(0.01, 5.0, generator=gen)
     log_coeffs = ell[:, 1:] - ell[:, :-1] - delta
     log_values = torch.cat([ell[:, :1], ell[:, 1:] + torch.log1p(-torch.exp(-delta))], dim=1)
