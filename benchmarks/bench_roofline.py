@@ -1,9 +1,9 @@
 """The roofline's other columns: peer libraries on linear_scan_state, and the scaling of
 the forward kernels with T at B = 1 (rendered into experiments/bench/scan_roofline.md)."""
 from benchmarks._adapter import cached, long_setup_cache
-from benchmarks.harness import grid, measure
+from benchmarks.harness import grid
 
-VERSION = "2:" + measure.METHOD  # the harness's method (asv hashes only this file)
+VERSION = grid.VERSION  # the harness's method (asv hashes only this file)
 
 
 class Peers:

@@ -19,8 +19,9 @@ status=0
 for cmd in "$@"; do
   echo "=== asv $cmd ($(date -u +%H:%M:%S))" | tee -a "$out/asv.log"
   start=$SECONDS
+  # each line stamped with the seconds since the command began: where a run's time goes
   eval "timeout --kill-after=10 ${ASV_LIMIT_S:-480} python3 -m asv $cmd --machine $machine --show-stderr" 2>&1 \
-    | tee -a "$out/asv.log"
+    | while IFS= read -r line; do printf '%4d %s\n' $((SECONDS - start)) "$line"; done | tee -a "$out/asv.log"
   rc=${PIPESTATUS[0]}
   echo "=== exit $rc after $((SECONDS - start)) s" | tee -a "$out/asv.log"
   [ "$rc" -ne 0 ] && status=$rc

@@ -30,13 +30,24 @@ def test_asv_check_discovers_the_whole_suite():
     assert "No problems found" in out.stdout
 
 
+def test_importing_the_suite_imports_neither_torch_nor_scankit():
+    """asv starts a process per benchmark and parameter (~130 for one commit): each imports
+    the suite, so a suite module that imports torch (3-4 s on the GPU machine) costs minutes.
+    Only setup_cache, which measures, may import torch, triton and the installed scankit."""
+    code = ("import sys, benchmarks.bench_scans, benchmarks.bench_mixers, benchmarks.bench_roofline, "
+            "benchmarks.bench_parity; heavy = sorted(m for m in ('torch', 'triton', 'scankit', 'numpy') "
+            "if m in sys.modules); assert not heavy, heavy")
+    out = run([sys.executable, "-c", code], cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
     """A real `asv run` of the whole suite on this CPU into a temporary results dir."""
     base = tmp_path_factory.mktemp("asv")
     results = base / "experiments" / "asv" / "results"
     conf = dict(version=1, project="scankit", repo=str(ROOT), branches=["main"], environment_type="existing",
-                launch_method="spawn", benchmark_dir=str(ROOT / "benchmarks"), env_dir=str(base / "env"),
+                launch_method="forkserver", benchmark_dir=str(ROOT / "benchmarks"), env_dir=str(base / "env"),
                 results_dir=str(results), html_dir=str(base / "html"), install_command=[], uninstall_command=[],
                 build_command=[])
     (base / "asv.conf.json").write_text(json.dumps(conf))

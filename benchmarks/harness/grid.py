@@ -43,6 +43,11 @@ MIXER_LABELS = ("GivensMinGRU(k=8,R=3)", "GivensMinGRU(k=4,R=2,decay)", "GivensM
 MEMORY_MIXER = "GivensMinGRU(k=8,R=3)"
 MEMORY_SHAPES = ("lab", "longT")
 MIXER_PATHS = ("generic", "kernel")
+# How the timed quantities are measured (``measure.device_time`` / ``call_latency``): change it
+# when the method changes. asv hashes a benchmark's own file, not the harness, so the suites
+# carry VERSION as each timed benchmark's explicit ``version``.
+METHOD = "device_time: n calls queued behind a GPU sleep, CUDA events; call_latency: wall clock of n back-to-back calls + sync"
+VERSION = "2:" + METHOD
 
 
 def skip_reason(op_name: str, shape: str, impl: str):
