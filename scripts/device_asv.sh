@@ -5,8 +5,9 @@
 # Each argument is one asv command line (after `python3 -m asv`, --machine added). After each,
 # the machine's results (experiments/asv/results/h200) are packed into $OUT/asv-results.tar
 # and the log is $OUT/asv.log, so what finished comes back even if a later command is cut off.
-# Each command stops after ASV_LIMIT_S seconds (default 480: inside the device's 10-minute
-# command limit, so the packing still runs; asv files a commit's result once that commit is done).
+# Each command stops after ASV_LIMIT_S seconds (default 480), and all of them together after
+# ASV_TOTAL_S (default 560): inside the device's 10-minute command limit, so the packing still
+# runs (asv files a commit's result once that commit is done).
 set -uo pipefail
 out=${OUT:-/tmp/scankit-asv}
 machine=${MACHINE:-h200}
@@ -19,8 +20,10 @@ status=0
 for cmd in "$@"; do
   echo "=== asv $cmd ($(date -u +%H:%M:%S))" | tee -a "$out/asv.log"
   start=$SECONDS
+  limit=$(( ${ASV_TOTAL_S:-560} - SECONDS < ${ASV_LIMIT_S:-480} ? ${ASV_TOTAL_S:-560} - SECONDS : ${ASV_LIMIT_S:-480} ))
+  if [ "$limit" -lt 30 ]; then echo "=== skipped: ${limit} s left of ASV_TOTAL_S" | tee -a "$out/asv.log"; continue; fi
   # each line stamped with the seconds since the command began: where a run's time goes
-  eval "timeout --kill-after=10 ${ASV_LIMIT_S:-480} python3 -m asv $cmd --machine $machine --show-stderr" 2>&1 \
+  eval "timeout --kill-after=10 $limit python3 -m asv $cmd --machine $machine --show-stderr" 2>&1 \
     | while IFS= read -r line; do printf '%4d %s\n' $((SECONDS - start)) "$line"; done | tee -a "$out/asv.log"
   rc=${PIPESTATUS[0]}
   echo "=== exit $rc after $((SECONDS - start)) s" | tee -a "$out/asv.log"
