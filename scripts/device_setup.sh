@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # On the offline GPU machine (repo root, .whl carried): install the carried wheels (asv,
 # peers) into /tmp/site and rebuild .git from the carried bundle. Source it: it exports
-# PYTHONPATH / ASV_PYTHONPATH for what runs next.
+# PYTHONPATH for what runs next.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
-export PYTHONPATH=/tmp/site ASV_PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+# The peers also go into the machine python's own site-packages: asv's virtualenv environments
+# reuse those directories (tools/asv_env.py), while asv drops PYTHONPATH from the benchmark
+# processes (its benchmark runner removes PYTHONPATH's entries from sys.path).
+PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  .whl/accelerated_scan-*.whl .whl/fla_core-*.whl || return 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 # the checkout's own .git may be absent or stale: always take history from the bundle, and
 # refuse a tree whose measured code differs from the bundle's HEAD (results would be misfiled)
 rm -rf .git /tmp/scankit-bundle && git clone -q --no-checkout .whl/repo.bundle /tmp/scankit-bundle \

@@ -1,7 +1,9 @@
-"""The gate's targets, measured on the committed H200 history: pairs of runs of unchanged
-kernel code raise at most one false alarm, and a slowdown injected into one kernel cell of
-the later run of such a pair is caught. Each pair is judged by a noise model fitted without
-it (leave one pair out), so a pair never sets its own threshold."""
+"""The gate's targets, measured on the committed H200 history of the current harness (device
+time, ``grid.VERSION``): pairs of runs of unchanged kernel code raise at most one false alarm,
+and a slowdown injected into one kernel cell of the later run of such a pair is caught. Each
+pair is judged by a noise model fitted without it (leave one pair out), so a pair never sets
+its own threshold. Runs of the retired block-median method carry another benchmark version:
+asv and the gate do not compare across versions, so they are not part of these targets."""
 import copy
 import itertools
 import sys
@@ -12,8 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import check_regressions as gate  # noqa: E402
-from benchmarks.harness.asv_results import benchmarks, runs, values  # noqa: E402
-from test_regression_gate import TIME, set_result  # noqa: E402  (the committed history's gated time; one cell scaled)
+from benchmarks.harness import grid  # noqa: E402
+from benchmarks.harness.asv_results import benchmarks, runs, values, version  # noqa: E402
+from test_regression_gate import TIME, set_result  # noqa: E402  (device time; one cell scaled, its statistics with it)
 
 RESULTS = ROOT / "experiments" / "asv" / "results"
 
@@ -22,14 +25,14 @@ RESULTS = ROOT / "experiments" / "asv" / "results"
 def history():
     if not (RESULTS / "h200").exists():
         pytest.skip("no committed H200 history")
-    found = runs(RESULTS, "h200")
+    found = [r for r in runs(RESULTS, "h200") if version(r, TIME) == grid.VERSION]
     same = {}
     for a, b in itertools.combinations(found, 2):
         same[a["commit_hash"], b["commit_hash"]] = same[b["commit_hash"], a["commit_hash"]] = \
             gate.kernels_unchanged(a["commit_hash"], b["commit_hash"])
     pairs = [(a, b) for a, b in itertools.combinations(sorted(found, key=lambda r: r["date"]), 2)
              if same[a["commit_hash"], b["commit_hash"]]]
-    assert len(pairs) >= 5, "the committed history should hold several pairs of unchanged kernel code"
+    assert pairs, "the committed device-time history should hold a pair of runs of unchanged kernel code"
     return dict(runs=found, pairs=pairs, same=same, known=benchmarks(RESULTS))
 
 
@@ -60,8 +63,6 @@ def test_at_most_one_false_alarm_over_all_unchanged_pairs(history):
 def _missed(history, shapes, factor):
     missed = []
     for a, b in history["pairs"]:
-        if TIME not in a["results"] or TIME not in b["results"]:
-            continue
         model = model_without(history, a, b)
         for params in kernel_cells(b, shapes):
             if values(a, TIME).get(params) is None:
@@ -78,8 +79,5 @@ def test_a_1_2x_slowdown_of_any_large_or_vlong_kernel_cell_is_caught(history):
     assert _missed(history, ("large", "vlong"), 1.2) == []
 
 
-@pytest.mark.xfail(strict=True, reason="not met on the committed history: its block-median times of the "
-                   "host-bound lab/longT cells swing up to 3x between runs of unchanged code, so their "
-                   "thresholds exceed 1.5x; the device_time runs are to replace that history (issue 14)")
 def test_a_1_5x_slowdown_of_a_kernel_cell_at_any_shape_is_caught(history):
     assert _missed(history, ("lab", "longT", "large", "vlong"), 1.5) == []

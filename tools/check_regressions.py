@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness.asv_results import (ResultsError, benchmarks, columns, load_run, pick_machine, runs,  # noqa: E402
-                                            values)
+                                            values, version)
 
 # What a kernel commit can change: a pair of runs of commits that differ in none of these
 # measured the same code (its spread is the noise).
@@ -78,7 +78,7 @@ def residuals(history: list[dict], unchanged=kernels_unchanged) -> dict:
         for name in TIME_GATED:
             if name not in a["results"] or name not in b["results"]:
                 continue
-            if a.get("benchmark_version", {}).get(name) != b.get("benchmark_version", {}).get(name):
+            if version(a, name) != version(b, name):
                 continue
             va, vb = values(a, name), values(b, name)
             for params in set(va) & set(vb):
@@ -119,7 +119,11 @@ def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | N
     Cells that are not gated are reported beyond ``factor`` as trends, never as regressions."""
     changes = []
     for name in sorted(set(base["results"]) | set(head["results"])):
-        if name not in known:
+        versions = version(base, name), version(head, name)
+        if None not in versions and versions[0] != versions[1]:
+            # as asv compare: a benchmark whose method changed between the runs is not compared
+            changes.append(dict(benchmark=name, params="", base=None, head=None, unit=known.get(name, {}).get("unit", ""),
+                                change="not compared: the benchmark's version (method) differs", regression=False))
             continue
         b, h = values(base, name), values(head, name)
         b_ci, h_ci = _ci(base, name), _ci(head, name)
@@ -127,7 +131,7 @@ def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | N
         for params in sorted(set(b) | set(h), key=repr):
             old, new = b.get(params), h.get(params)
             row = dict(benchmark=name, params=", ".join(map(str, params)), base=old, head=new,
-                       unit=known[name].get("unit", ""))
+                       unit=known.get(name, {}).get("unit", "seconds" if "_time" in name else ""))
             if parity:
                 limit = 0 if name.endswith(PARITY_FAILING) else 1.0
                 if new is None and old is not None:
@@ -139,17 +143,18 @@ def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | N
                 continue
             if old is None and new is None:
                 continue
+            gated_time = _gated_time(name, params)
+            gated_memory = name in MEMORY_GATED and len(params) == 4 and params[2] == "triton"
             if new is None:
-                changes.append(dict(row, change="newly failing (no value)", regression=True))
+                changes.append(dict(row, change="newly failing (no value)", regression=gated_time or gated_memory))
                 continue
             if old is None:
                 changes.append(dict(row, change="new", regression=False))
                 continue
-            gated_time = _gated_time(name, params)
             if name in MEMORY_GATED:
                 if new > old + MEMORY_SLACK:
                     changes.append(dict(row, ratio=new / old if old else math.inf, change="larger",
-                                        regression=len(params) == 4 and params[2] == "triton"))
+                                        regression=gated_memory))
                 elif new < old - MEMORY_SLACK:
                     changes.append(dict(row, ratio=new / old, change="smaller", regression=False))
                 continue

@@ -80,6 +80,14 @@ def columns(run: dict, name: str, column: str) -> dict:
     return {combo: _clean(v) for combo, v in zip(combos, data)}
 
 
+def version(run: dict, name: str):
+    """The benchmark's version (asv's per-result ``version`` column: its method) in a run, or None."""
+    entry, cols = run["results"].get(name), run.get("result_columns", [])
+    if entry is None or "version" not in cols or cols.index("version") >= len(entry):
+        return None
+    return entry[cols.index("version")]
+
+
 def values(run: dict, name: str) -> dict:
     """{param tuple: result} of one benchmark in a run (None where asv recorded no value)."""
     return columns(run, name, "result")

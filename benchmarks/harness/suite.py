@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from . import grid
 
 SMOKE_ENV = "SCANKIT_BENCH_SMOKE"
+# processes that run the parity grid at once on CUDA (parity_rows): Triton compiles on one core each
+PARITY_WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 def smoke() -> bool:
@@ -184,8 +188,33 @@ def copy_bandwidth() -> float:
     return measure.copy_bandwidth()
 
 
-def parity_rows(progress=iter) -> list[dict]:
-    """Every parity row: the seed grid (fp32), bf16 cases and the mixer cases."""
+def _parity_share(cases: list, dev: str) -> list[list[dict]]:
+    """The rows of each parity case of one worker's share."""
+    from . import measure
+
+    return [measure.parity_case(op_name, dims, device=dev, dtype=dtype) for op_name, dims, dtype in cases]
+
+
+def parity_shares(cases: list, workers: int) -> list[list[int]]:
+    """Indices of ``cases`` split into at most ``workers`` shares, the cases of one kernel
+    specialization (op, k, v, dtype) together, so that each compiles in one process only;
+    largest groups first onto the lightest share."""
+    groups = defaultdict(list)
+    for i, (op_name, dims, dtype) in enumerate(cases):
+        groups[op_name, dims.get("k"), dims.get("v"), str(dtype)].append(i)
+    shares = [[] for _ in range(max(1, min(workers, len(groups))))]
+    for members in sorted(groups.values(), key=len, reverse=True):
+        min(shares, key=len).extend(members)
+    return [sorted(share) for share in shares if share]
+
+
+def parity_rows(progress=iter, workers: int | None = None) -> list[dict]:
+    """Every parity row: the seed grid (fp32), bf16 cases and the mixer cases.
+
+    On CUDA the grid's cases run in ``workers`` spawned processes at once (default
+    PARITY_WORKERS), each taking whole kernel specializations: a cold run is mostly Triton
+    compiling ~100 of them, one CPU core each. Parity is not timed, so sharing the GPU is
+    harmless; a share whose process dies is computed here instead."""
     from . import measure
 
     dev = device()
@@ -195,9 +224,27 @@ def parity_rows(progress=iter) -> list[dict]:
         for op_name, dims, dtype in grid_cases:
             firsts.setdefault(op_name, (op_name, dict(dims, T=min(dims["T"], 5)), dtype))
         grid_cases = list(firsts.values())
-    rows = []
-    for op_name, dims, dtype in progress(grid_cases):
-        rows += measure.parity_case(op_name, dims, device=dev, dtype=dtype)
+    if workers is None:
+        workers = PARITY_WORKERS if dev == "cuda" else 1
+    shares = parity_shares(grid_cases, workers)
+    by_case = {}
+    if len(shares) == 1:
+        for i in progress(shares[0]):
+            by_case[i] = _parity_share([grid_cases[i]], dev)[0]
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(max_workers=len(shares), mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_parity_share, [grid_cases[i] for i in share], dev) for share in shares]
+            for share, future in progress(list(zip(shares, futures))):
+                try:
+                    got = future.result()
+                except cf.process.BrokenProcessPool as exc:
+                    print(f"parity: a worker died ({exc}); its {len(share)} cases run here", file=sys.stderr)
+                    got = _parity_share([grid_cases[i] for i in share], dev)
+                by_case.update(zip(share, got))
+    rows = [row for i in range(len(grid_cases)) for row in by_case[i]]
     for label in progress(grid.MIXER_LABELS):
         rows += measure.mixer_parity_case(label, device=dev, batch=2 if dev == "cpu" else 128, T=5 if dev == "cpu" else 64)
     return rows

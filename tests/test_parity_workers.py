@@ -1,0 +1,37 @@
+"""The parity grid shared out over worker processes (suite.parity_rows): every case once,
+the cases of one kernel specialization in one process, and the same rows as one process."""
+import random
+
+import pytest
+import torch
+
+from benchmarks.harness import suite
+from benchmarks.harness.measure import parity_grid
+
+
+def test_shares_cover_every_case_once_and_keep_a_specialization_together():
+    cases = list(parity_grid())
+    random.Random(0).shuffle(cases)
+    for workers in (1, 3, 8, 1000):
+        shares = suite.parity_shares(cases, workers)
+        assert 1 <= len(shares) <= workers
+        assert sorted(i for share in shares for i in share) == list(range(len(cases)))
+        where = {}
+        for n, share in enumerate(shares):
+            for i in share:
+                op_name, dims, dtype = cases[i]
+                key = op_name, dims.get("k"), dims.get("v"), dtype
+                assert where.setdefault(key, n) == n, f"{key} split over shares"
+    # the matrix_affine_scan (k, v) grid alone has 26 specializations: 8 workers all get work
+    assert len(suite.parity_shares(cases, 8)) == 8
+
+
+def test_rows_from_workers_equal_rows_from_one_process(monkeypatch):
+    monkeypatch.setenv(suite.SMOKE_ENV, "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if torch.cuda.is_available():
+        pytest.skip("the CPU smoke grid")
+    one = suite.parity_rows(workers=1)
+    two = suite.parity_rows(workers=2)
+    assert one == two and len(one) > 0
+    assert {r["op"] for r in one} >= set(suite.grid.OP_NAMES)
