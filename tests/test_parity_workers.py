@@ -35,3 +35,18 @@ def test_rows_from_workers_equal_rows_from_one_process(monkeypatch):
     two = suite.parity_rows(workers=2)
     assert one == two and len(one) > 0
     assert {r["op"] for r in one} >= set(suite.grid.OP_NAMES)
+
+
+def _double_unless_in_a_worker_that_dies(x, die):
+    import multiprocessing
+    import os
+
+    if die and multiprocessing.parent_process() is not None:
+        os._exit(3)  # the worker process dies (a CUDA fault would end it the same way)
+    return 2 * x
+
+
+def test_in_workers_keeps_order_and_runs_a_dead_workers_share_here(capfd):
+    assert suite.in_workers(_double_unless_in_a_worker_that_dies, [(1, False), (2, False), (3, False)]) == [2, 4, 6]
+    assert suite.in_workers(_double_unless_in_a_worker_that_dies, [(5, False), (7, True)]) == [10, 14]
+    assert "a worker process died" in capfd.readouterr().err

@@ -93,6 +93,38 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
     return cell
 
 
+def _warm_share(keys: list) -> int:
+    """Call each cell once (its kernels compile into Triton's disk cache); the cells that ran."""
+    import torch
+
+    from . import measure
+
+    ran = 0
+    for op_name, shape, impl, direction in keys:
+        try:
+            xs = measure.inputs_for(op_name, shape, direction, device=device())
+            measure.workload(op_name, impl, direction, xs)()
+            ran += 1
+        except Exception:  # best effort: the measuring pass reports what fails
+            pass
+        xs = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return ran
+
+
+def prewarm(keys: list, workers: int | None = None) -> int:
+    """Compile the kernels of these cells in ``workers`` processes at once (default
+    PARITY_WORKERS), each op x shape in one process, before they are timed one by one: a
+    commit's cold compile (~36 of a ~68 s Scans setup on the H200, session 7) runs on that
+    many cores. The number of cells that ran."""
+    groups = defaultdict(list)
+    for key in keys:
+        groups[key[:2]].append(key)
+    shares = _balanced(groups.values(), workers or PARITY_WORKERS)
+    return sum(in_workers(_warm_share, [(share,) for share in shares])) if shares else 0
+
+
 REFERENCE_IMPLS = ("eager", "torch_compile")
 
 
@@ -150,6 +182,8 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
 
     keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in impls]
     out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, skipped={})
+    if device() == "cuda":
+        prewarm([k for k in keys if k[2] == "triton" and not (cell_skip(*k[:3]) or missing_in_commit(k[0]))])
     for key in progress(keys):
         reason = cell_skip(*key[:3]) or missing_in_commit(key[0])
         if reason:
@@ -188,6 +222,24 @@ def copy_bandwidth() -> float:
     return measure.copy_bandwidth()
 
 
+def in_workers(fn, arg_lists: list[tuple], progress=iter) -> list:
+    """``[fn(*args) for args in arg_lists]``, each call in a spawned process of its own, all at
+    once; a call whose process dies (or cannot start) runs here instead, saying so."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    out = []
+    with cf.ProcessPoolExecutor(max_workers=len(arg_lists), mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(fn, *args) for args in arg_lists]
+        for args, future in progress(list(zip(arg_lists, futures))):
+            try:
+                out.append(future.result())
+            except cf.process.BrokenProcessPool as exc:
+                print(f"{fn.__name__}: a worker process died ({exc}); its share runs here", file=sys.stderr)
+                out.append(fn(*args))
+    return out
+
+
 def _parity_share(cases: list, dev: str) -> list[list[dict]]:
     """The rows of each parity case of one worker's share."""
     from . import measure
@@ -202,10 +254,16 @@ def parity_shares(cases: list, workers: int) -> list[list[int]]:
     groups = defaultdict(list)
     for i, (op_name, dims, dtype) in enumerate(cases):
         groups[op_name, dims.get("k"), dims.get("v"), str(dtype)].append(i)
+    return [sorted(share) for share in _balanced(groups.values(), workers)]
+
+
+def _balanced(groups, workers: int) -> list[list]:
+    """Groups (lists) packed whole into at most ``workers`` shares, largest first onto the lightest."""
+    groups = list(groups)
     shares = [[] for _ in range(max(1, min(workers, len(groups))))]
-    for members in sorted(groups.values(), key=len, reverse=True):
+    for members in sorted(groups, key=len, reverse=True):
         min(shares, key=len).extend(members)
-    return [sorted(share) for share in shares if share]
+    return [share for share in shares if share]
 
 
 def parity_rows(progress=iter, workers: int | None = None) -> list[dict]:
@@ -232,18 +290,9 @@ def parity_rows(progress=iter, workers: int | None = None) -> list[dict]:
         for i in progress(shares[0]):
             by_case[i] = _parity_share([grid_cases[i]], dev)[0]
     else:
-        import concurrent.futures as cf
-        import multiprocessing as mp
-
-        with cf.ProcessPoolExecutor(max_workers=len(shares), mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_parity_share, [grid_cases[i] for i in share], dev) for share in shares]
-            for share, future in progress(list(zip(shares, futures))):
-                try:
-                    got = future.result()
-                except cf.process.BrokenProcessPool as exc:
-                    print(f"parity: a worker died ({exc}); its {len(share)} cases run here", file=sys.stderr)
-                    got = _parity_share([grid_cases[i] for i in share], dev)
-                by_case.update(zip(share, got))
+        got = in_workers(_parity_share, [([grid_cases[i] for i in share], dev) for share in shares], progress)
+        for share, share_rows in zip(shares, got):
+            by_case.update(zip(share, share_rows))
     rows = [row for i in range(len(grid_cases)) for row in by_case[i]]
     for label in progress(grid.MIXER_LABELS):
         rows += measure.mixer_parity_case(label, device=dev, batch=2 if dev == "cpu" else 128, T=5 if dev == "cpu" else 64)
