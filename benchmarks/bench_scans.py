@@ -78,6 +78,5 @@ def _needs_cuda():
         raise NotImplementedError("copy bandwidth needs a CUDA device")
 
 
-track_copy_bandwidth.unit = "TB/s"
-track_copy_bandwidth.version = "TB/s"  # the runs before it recorded bytes/s
+track_copy_bandwidth.unit = track_copy_bandwidth.version = grid.COPY_VERSION
 track_copy_bandwidth.setup = _needs_cuda

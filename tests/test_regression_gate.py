@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.asv_results import runs
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "asv" / "results"
 HEAD = "f" * 40
@@ -30,10 +32,6 @@ def results(tmp_path):
              if p.name != "machine.json"]
     base, base_file = max(((r, p) for r, p in found if TIME in r["results"]), key=lambda rp: rp[0]["date"])
     return tmp_path / "results", base_file, base
-
-
-def _runs(results_dir):
-    return [json.loads(p.read_text()) for p in sorted((results_dir / "h200").glob("*.json")) if p.name != "machine.json"]
 
 
 def file_head(results_dir, base, edit):
@@ -146,7 +144,7 @@ def test_slowdown_inside_the_noise_is_not_a_regression(results):
 def test_parity_failure_fails(results):
     results_dir, _, base = results
     if "bench_parity.Parity.track_failing_cases" not in base["results"]:
-        base = max((r for r in _runs(results_dir) if "bench_parity.Parity.track_failing_cases" in r["results"]),
+        base = max((r for r in runs(results_dir, "h200") if "bench_parity.Parity.track_failing_cases" in r["results"]),
                    key=lambda r: r["date"])
     base_hash = file_head(results_dir, base, lambda run: set_result(
         run, "bench_parity.Parity.track_failing_cases", 0, value=3))

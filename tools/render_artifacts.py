@@ -119,7 +119,7 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
                     cells["seconds"][key] = _need(times, key, missing, label)
                     cells["peak_bytes"][key] = _need(peaks, key, missing, f"{SCANS}.track_peak_cuda_memory{key}")
     copy_bw = _need(values(run, COPY), (), missing, COPY)
-    if copy_bw is not None and version(run, COPY) == "TB/s":  # bytes/s in the runs before
+    if copy_bw is not None and version(run, COPY) == grid.COPY_VERSION:  # bytes/s in the runs before
         copy_bw *= 1e12
 
     failing = values(run, f"{PARITY}.track_failing_cases")

@@ -14,7 +14,6 @@ from functools import lru_cache
 import torch
 
 from .cases import OPS, SHAPES, check_dims
-from . import grid
 from .grid import DIRECTIONS, IMPLS
 
 
@@ -129,7 +128,6 @@ def median_us(fn, slow_ms: float = 100.0, block_ms: float = 2.0, budget_ms: floa
 # The two timed quantities, as asv samples (``{"samples": per-call seconds, "number": calls
 # per sample}``: asv then records the median, the 99% CI and quartiles of each cell).
 # grid.METHOD names them in the benchmarks' versions.
-METHOD = grid.METHOD
 SAMPLES = 15
 SAMPLE_MS = 2.0     # aim of one sample (n calls)
 MAX_QUEUED = 48     # calls queued per device-time sample: launches stay far below the ~1k launch queue

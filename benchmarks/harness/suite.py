@@ -19,8 +19,8 @@ from pathlib import Path
 from . import grid
 
 SMOKE_ENV = "SCANKIT_BENCH_SMOKE"
-# processes that run the parity grid at once on CUDA (parity_rows): Triton compiles on one core each
-PARITY_WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))
+# processes at once for compile-bound work on CUDA (prewarm, parity_rows): Triton compiles on one core each
+WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 def smoke() -> bool:
@@ -115,13 +115,13 @@ def _warm_share(keys: list) -> int:
 
 def prewarm(keys: list, workers: int | None = None) -> int:
     """Compile the kernels of these cells in ``workers`` processes at once (default
-    PARITY_WORKERS), each op x shape in one process, before they are timed one by one: a
+    WORKERS), each op x shape in one process, before they are timed one by one: a
     commit's cold compile (~36 of a ~68 s Scans setup on the H200, session 7) runs on that
     many cores. The number of cells that ran."""
     groups = defaultdict(list)
     for key in keys:
         groups[key[:2]].append(key)
-    shares = _balanced(groups.values(), workers or PARITY_WORKERS)
+    shares = _balanced(groups.values(), workers or WORKERS)
     return sum(in_workers(_warm_share, [(share,) for share in shares])) if shares else 0
 
 
@@ -139,11 +139,9 @@ def _reference_cache_key(op_name: str, shape: str, impl: str, direction: str) ->
 
     import scankit.reference
 
-    from . import measure
-
     src = hashlib.sha256(inspect.getsource(scankit.reference).encode()).hexdigest()[:16]
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    return "|".join((gpu, torch.__version__, triton.__version__, measure.METHOD, src, op_name, shape, impl, direction))
+    return "|".join((gpu, torch.__version__, triton.__version__, grid.METHOD, src, op_name, shape, impl, direction))
 
 
 def _reference_cache() -> Path | None:
@@ -182,10 +180,11 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
 
     keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in impls]
     out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, skipped={})
+    reasons = {key: cell_skip(*key[:3]) or missing_in_commit(key[0]) for key in keys}
     if device() == "cuda":
-        prewarm([k for k in keys if k[2] == "triton" and not (cell_skip(*k[:3]) or missing_in_commit(k[0]))])
+        prewarm([key for key in keys if key[2] == "triton" and not reasons[key]])
     for key in progress(keys):
-        reason = cell_skip(*key[:3]) or missing_in_commit(key[0])
+        reason = reasons[key]
         if reason:
             out["skipped"][key] = reason
             continue
@@ -223,8 +222,9 @@ def copy_bandwidth() -> float:
 
 
 def in_workers(fn, arg_lists: list[tuple], progress=iter) -> list:
-    """``[fn(*args) for args in arg_lists]``, each call in a spawned process of its own, all at
-    once; a call whose process dies (or cannot start) runs here instead, saying so."""
+    """``[fn(*args) for args in arg_lists]``, the calls at once in up to ``len(arg_lists)``
+    spawned processes; a call whose process dies (or cannot start) runs here instead, saying
+    so (after one death the pool is broken, so every call not yet done runs here)."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -270,7 +270,7 @@ def parity_rows(progress=iter, workers: int | None = None) -> list[dict]:
     """Every parity row: the seed grid (fp32), bf16 cases and the mixer cases.
 
     On CUDA the grid's cases run in ``workers`` spawned processes at once (default
-    PARITY_WORKERS), each taking whole kernel specializations: a cold run is mostly Triton
+    WORKERS), each taking whole kernel specializations: a cold run is mostly Triton
     compiling ~100 of them, one CPU core each. Parity is not timed, so sharing the GPU is
     harmless; a share whose process dies is computed here instead."""
     from . import measure
@@ -283,7 +283,7 @@ def parity_rows(progress=iter, workers: int | None = None) -> list[dict]:
             firsts.setdefault(op_name, (op_name, dict(dims, T=min(dims["T"], 5)), dtype))
         grid_cases = list(firsts.values())
     if workers is None:
-        workers = PARITY_WORKERS if dev == "cuda" else 1
+        workers = WORKERS if dev == "cuda" else 1
     shares = parity_shares(grid_cases, workers)
     by_case = {}
     if len(shares) == 1:
