@@ -4,7 +4,7 @@
 #   bash scripts/device_asv.sh "continuous -b 'Scans\.' 380d5e9 HEAD" "run -b 'Scans\.' c6f5f6a^!"
 # Each argument is one asv command line (after `python3 -m asv`, --machine added). After each,
 # the machine's results (experiments/asv/results/h200) are packed into $OUT/asv-results.tar
-# and the log is $OUT/asv.log, so what finished comes back even if a later command is cut off.
+# (with the parity sidecars, experiments/asv/parity/h200) and the log is $OUT/asv.log, so what finished comes back even if a later command is cut off.
 # Each command stops after ASV_LIMIT_S seconds (default 480), and all of them together after
 # ASV_TOTAL_S (default 560): inside the device's 10-minute command limit, so the packing still
 # runs (asv files a commit's result once that commit is done).
@@ -28,6 +28,7 @@ for cmd in "$@"; do
   rc=${PIPESTATUS[0]}
   echo "=== exit $rc after $((SECONDS - start)) s" | tee -a "$out/asv.log"
   [ "$rc" -ne 0 ] && status=$rc
-  tar -cf "$out/asv-results.tar" experiments/asv/results/"$machine" experiments/asv/results/benchmarks.json 2>/dev/null
+  tar -cf "$out/asv-results.tar" experiments/asv/results/"$machine" experiments/asv/results/benchmarks.json \
+    experiments/asv/parity/"$machine" 2>/dev/null  # the parity sidecars too
 done
 exit $status

@@ -50,3 +50,25 @@ def test_in_workers_keeps_order_and_runs_a_dead_workers_share_here(capfd):
     assert suite.in_workers(_double_unless_in_a_worker_that_dies, [(1, False), (2, False), (3, False)]) == [2, 4, 6]
     assert suite.in_workers(_double_unless_in_a_worker_that_dies, [(5, False), (7, True)]) == [10, 14]
     assert "a worker process died" in capfd.readouterr().err
+
+
+def test_spawned_workers_import_the_suite_when_its_folder_is_off_sys_path(tmp_path):
+    """asv imports the suite with the repository folder on sys.path only while importing; a
+    spawned worker that could not import ``benchmarks`` died on its first call, and every
+    share then ran in the asv process, one at a time (session 7's H200 run)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+sys.path.insert(0, {str(suite.REPO)!r})
+from benchmarks.harness import suite
+sys.path[:] = [p for p in sys.path if p not in ({str(suite.REPO)!r}, '')]
+with suite.spawn_pool(2) as pool:
+    print(list(pool.map(suite.parity_shares, [[(0, {{}}, 0)], []], [1, 1])))
+print(suite.in_workers(suite.smoke, [(), ()]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[[[0]], []]", "[False, False]"], done.stdout
+    assert "died" not in done.stderr, done.stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import grid
 
+REPO = Path(__file__).resolve().parents[2]
 SMOKE_ENV = "SCANKIT_BENCH_SMOKE"
 # processes at once for compile-bound work on CUDA (prewarm, parity_rows): Triton compiles on one core each
 WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))
@@ -221,15 +222,27 @@ def copy_bandwidth() -> float:
     return measure.copy_bandwidth()
 
 
+def spawn_pool(max_workers: int):
+    """A pool of spawned processes that can import this package. asv puts the folder above
+    ``benchmarks/`` on sys.path only while it imports the suite, and a spawned child unpickles
+    each call by module path, so without the folder every child dies on its first call
+    (``No module named 'benchmarks'``); the initializer adds it first."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import site
+
+    return cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=mp.get_context("spawn"),
+                                  initializer=site.addsitedir, initargs=(str(REPO),))
+
+
 def in_workers(fn, arg_lists: list[tuple], progress=iter) -> list:
     """``[fn(*args) for args in arg_lists]``, the calls at once in up to ``len(arg_lists)``
     spawned processes; a call whose process dies (or cannot start) runs here instead, saying
     so (after one death the pool is broken, so every call not yet done runs here)."""
     import concurrent.futures as cf
-    import multiprocessing as mp
 
     out = []
-    with cf.ProcessPoolExecutor(max_workers=len(arg_lists), mp_context=mp.get_context("spawn")) as pool:
+    with spawn_pool(len(arg_lists)) as pool:
         futures = [pool.submit(fn, *args) for args in arg_lists]
         for args, future in progress(list(zip(arg_lists, futures))):
             try:
@@ -311,7 +324,6 @@ def parity_summary(rows) -> dict:
     return out
 
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def write_parity_sidecar(rows, env) -> Path:
@@ -377,10 +389,9 @@ class IsolatedWorker:
 
     def __call__(self, fn, *args):
         import concurrent.futures as cf
-        import multiprocessing as mp
 
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+            self._pool = spawn_pool(1)
         try:
             return self._pool.submit(fn, *args).result()
         except cf.process.BrokenProcessPool as exc:
