@@ -72,3 +72,20 @@ print(suite.in_workers(suite.smoke, [(), ()]))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["[[[0]], []]", "[False, False]"], done.stdout
     assert "died" not in done.stderr, done.stderr
+
+
+def test_prewarm_compiles_triton_and_the_uncached_torch_compile_cells(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.delenv(suite.SMOKE_ENV, raising=False)
+    monkeypatch.setenv("SCANKIT_BENCH_CACHE", str(tmp_path))
+    keys = [(op, shape, impl, d) for op in ("linear_scan", "matrix_scan") for shape in ("lab", "vlong")
+            for impl in suite.grid.IMPLS for d in suite.grid.DIRECTIONS]
+    reasons = {key: suite.cell_skip(*key[:3]) for key in keys}
+    cached = ("linear_scan", "lab", "torch_compile", "fwd")
+    (tmp_path / "references.json").write_text(json.dumps({suite._reference_cache_key(*cached): {}}))
+    got = suite.to_compile(keys, reasons)
+    want = [k for k in keys if k[2] != "eager" and k != cached and not reasons[k]]
+    assert got == want
+    assert ("matrix_scan", "vlong", "torch_compile", "fwd") not in got  # a registered skip
+    assert {k[2] for k in got} == {"triton", "torch_compile"} and len(got) == 13

@@ -116,12 +116,13 @@ def _warm_share(keys: list) -> int:
 
 def prewarm(keys: list, workers: int | None = None) -> int:
     """Compile the kernels of these cells in ``workers`` processes at once (default
-    WORKERS), each op x shape in one process, before they are timed one by one: a
-    commit's cold compile (~36 of a ~68 s Scans setup on the H200, session 7) runs on that
-    many cores. The number of cells that ran."""
+    WORKERS), each op x shape x impl in one process, before they are timed one by one: a
+    commit's cold Triton compile (~36 of a ~68 s Scans setup on the H200, session 7) and the
+    torch.compile references' inductor compiles (Triton's and inductor's caches are on disk,
+    so the timing process then loads them) run on that many cores. The cells that ran."""
     groups = defaultdict(list)
     for key in keys:
-        groups[key[:2]].append(key)
+        groups[key[:3]].append(key)
     shares = _balanced(groups.values(), workers or WORKERS)
     return sum(in_workers(_warm_share, [(share,) for share in shares])) if shares else 0
 
@@ -154,6 +155,11 @@ def _reference_cache() -> Path | None:
     return base / "references.json"
 
 
+def _known_references() -> dict:
+    path = _reference_cache()
+    return json.loads(path.read_text()) if path is not None and path.exists() else {}
+
+
 def _cached_reference(key: tuple, measure_fn) -> dict:
     """A reference cell from the machine's cache, else measured now and added to it: they
     measure torch and the host, not the commit, so every commit's result carries the same
@@ -162,7 +168,7 @@ def _cached_reference(key: tuple, measure_fn) -> dict:
     if path is None:
         return measure_fn()
     name = _reference_cache_key(*key)
-    known = json.loads(path.read_text()) if path.exists() else {}
+    known = _known_references()
     if name not in known:
         known[name] = measure_fn()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +189,7 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
     out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, skipped={})
     reasons = {key: cell_skip(*key[:3]) or missing_in_commit(key[0]) for key in keys}
     if device() == "cuda":
-        prewarm([key for key in keys if key[2] == "triton" and not reasons[key]])
+        prewarm(to_compile(keys, reasons))
     for key in progress(keys):
         reason = reasons[key]
         if reason:
@@ -202,6 +208,14 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
             for d in grid.DIRECTIONS:
                 out["bytes"][o, s, d] = bytes_moved(ins, outs, d)
     return out
+
+
+def to_compile(keys: list, reasons: dict) -> list:
+    """The cells of ``keys`` whose timing would compile first: triton cells and the
+    torch.compile cells the reference cache lacks (eager compiles nothing; skips run nothing)."""
+    known = _known_references()
+    return [key for key in keys if not reasons[key] and (
+        key[2] == "triton" or key[2] == "torch_compile" and _reference_cache_key(*key) not in known)]
 
 
 def missing_in_commit(op_name: str):
@@ -235,21 +249,23 @@ def spawn_pool(max_workers: int):
                                   initializer=site.addsitedir, initargs=(str(REPO),))
 
 
-def in_workers(fn, arg_lists: list[tuple], progress=iter) -> list:
-    """``[fn(*args) for args in arg_lists]``, the calls at once in up to ``len(arg_lists)``
-    spawned processes; a call whose process dies (or cannot start) runs here instead, saying
-    so (after one death the pool is broken, so every call not yet done runs here)."""
+def in_workers(fn, arg_lists: list[tuple], progress=iter, here=True) -> list:
+    """``[fn(*args) for args in arg_lists]``, the calls at once in up to WORKERS spawned
+    processes; a call whose process dies (or cannot start) runs here instead, saying
+    so (after one death the pool is broken, so every call not yet done runs here), or with
+    ``here=False`` gives None (work whose fault must not reach this process's CUDA context)."""
     import concurrent.futures as cf
 
     out = []
-    with spawn_pool(len(arg_lists)) as pool:
+    with spawn_pool(max(1, min(len(arg_lists), WORKERS))) as pool:
         futures = [pool.submit(fn, *args) for args in arg_lists]
         for args, future in progress(list(zip(arg_lists, futures))):
             try:
                 out.append(future.result())
             except cf.process.BrokenProcessPool as exc:
-                print(f"{fn.__name__}: a worker process died ({exc}); its share runs here", file=sys.stderr)
-                out.append(fn(*args))
+                print(f"{fn.__name__}: a worker process died ({exc}); "
+                      + ("its share runs here" if here else "its share is not run"), file=sys.stderr)
+                out.append(fn(*args) if here else None)
     return out
 
 
@@ -406,6 +422,19 @@ def isolated(fn, *args):
         return worker(fn, *args)
 
 
+def _warm_peer(name: str, direction: str, shape: str) -> bool:
+    """One call of a peer's cell (its compiles land in the disk caches); whether it ran."""
+    from . import measure, peers
+
+    try:
+        xs = measure.inputs_for(grid.STATE_OP, shape, direction)
+        run, args = peers.peer_fn(name, *xs)
+        measure.callable_workload(run, args, direction)()
+        return True
+    except Exception:  # the timing pass says why
+        return False
+
+
 def _peer_direction_cells(name: str, direction: str, shapes: tuple) -> tuple[dict, dict]:
     """One peer, one direction, every shape: ({shape: seconds}, {shape: why not})."""
     import torch
@@ -438,6 +467,10 @@ def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
 
     dev = device()
     seconds, skipped = {}, {}
+    available = [(name, direction) for name in grid.PEERS for direction in grid.DIRECTIONS
+                 if not peers.unavailable(name, dev, direction)]
+    if dev == "cuda" and available:  # their compiles (torch.compile, Triton, autotuning) at once, then timed one by one
+        in_workers(_warm_peer, [(name, direction, shape) for name, direction in available for shape in shapes], here=False)
     with IsolatedWorker() as worker:
         for name in grid.PEERS:
             for direction in grid.DIRECTIONS:
