@@ -74,7 +74,7 @@ print(suite.in_workers(suite.smoke, [(), ()]))
     assert "died" not in done.stderr, done.stderr
 
 
-def test_prewarm_compiles_triton_and_the_uncached_torch_compile_cells(tmp_path, monkeypatch):
+def test_the_references_a_setup_measures_are_the_uncached_ones_that_run(tmp_path, monkeypatch):
     import json
 
     monkeypatch.delenv(suite.SMOKE_ENV, raising=False)
@@ -84,8 +84,22 @@ def test_prewarm_compiles_triton_and_the_uncached_torch_compile_cells(tmp_path, 
     reasons = {key: suite.cell_skip(*key[:3]) for key in keys}
     cached = ("linear_scan", "lab", "torch_compile", "fwd")
     (tmp_path / "references.json").write_text(json.dumps({suite._reference_cache_key(*cached): {}}))
-    got = suite.to_compile(keys, reasons)
-    want = [k for k in keys if k[2] != "eager" and k != cached and not reasons[k]]
-    assert got == want
-    assert ("matrix_scan", "vlong", "torch_compile", "fwd") not in got  # a registered skip
-    assert {k[2] for k in got} == {"triton", "torch_compile"} and len(got) == 13
+    got = suite.uncached_references(keys, reasons)
+    assert got == [k for k in keys if k[2] != "triton" and k != cached and not reasons[k]]
+    assert ("matrix_scan", "vlong", "eager", "fwd") not in got  # a registered skip
+    assert {k[2] for k in got} == {"eager", "torch_compile"} and len(got) == 11
+
+
+def test_references_measured_in_workers_one_at_a_time_cover_every_cell(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("the CPU smoke grid")
+    monkeypatch.setenv(suite.SMOKE_ENV, "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(suite, "WORKERS", 2)
+    keys = [(op, shape, "eager", d) for op in ("linear_scan", "parallel_scan_log") for shape in ("lab", "longT")
+            for d in suite.grid.DIRECTIONS]
+    got = suite.reference_cells_in_workers(keys)
+    assert sorted(got) == sorted(keys)
+    for cell in got.values():
+        assert len(cell["device_time"]["samples"]) > 0 and cell["seconds"] > 0
+    assert len(suite._kernel_shares(keys, None)) == 2 and suite.reference_cells_in_workers([]) == {}

@@ -116,15 +116,19 @@ def _warm_share(keys: list) -> int:
 
 def prewarm(keys: list, workers: int | None = None) -> int:
     """Compile the kernels of these cells in ``workers`` processes at once (default
-    WORKERS), each op x shape x impl in one process, before they are timed one by one: a
-    commit's cold Triton compile (~36 of a ~68 s Scans setup on the H200, session 7) and the
-    torch.compile references' inductor compiles (Triton's and inductor's caches are on disk,
-    so the timing process then loads them) run on that many cores. The cells that ran."""
+    WORKERS), each op x shape x impl in one process, before they are timed one by one here:
+    a commit's cold Triton compile (~36 of a ~68 s Scans setup on the H200, session 7) runs
+    on that many cores, and Triton's disk cache serves this process. The cells that ran."""
+    shares = _kernel_shares(keys, workers)
+    return sum(in_workers(_warm_share, [(share,) for share in shares])) if shares else 0
+
+
+def _kernel_shares(keys: list, workers: int | None) -> list[list]:
+    """Cell keys in at most ``workers`` (at most WORKERS) shares, each op x shape x impl whole."""
     groups = defaultdict(list)
     for key in keys:
         groups[key[:3]].append(key)
-    shares = _balanced(groups.values(), workers or WORKERS)
-    return sum(in_workers(_warm_share, [(share,) for share in shares])) if shares else 0
+    return _balanced(groups.values(), min(workers or WORKERS, WORKERS)) if keys else []
 
 
 REFERENCE_IMPLS = ("eager", "torch_compile")
@@ -188,15 +192,17 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
     keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in impls]
     out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, skipped={})
     reasons = {key: cell_skip(*key[:3]) or missing_in_commit(key[0]) for key in keys}
+    fresh = {}
     if device() == "cuda":
-        prewarm(to_compile(keys, reasons))
+        prewarm([key for key in keys if key[2] == "triton" and not reasons[key]])
+        fresh = reference_cells_in_workers(uncached_references(keys, reasons))
     for key in progress(keys):
         reason = reasons[key]
         if reason:
             out["skipped"][key] = reason
             continue
         if key[2] in REFERENCE_IMPLS:
-            cell = _cached_reference(key, lambda: measure_cell(*key))
+            cell = _cached_reference(key, lambda: fresh.get(key) or measure_cell(*key))
         else:
             cell = measure_cell(*key)
         for field in ("seconds", "device_time", "call_latency", "peak_bytes"):
@@ -210,12 +216,46 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
     return out
 
 
-def to_compile(keys: list, reasons: dict) -> list:
-    """The cells of ``keys`` whose timing would compile first: triton cells and the
-    torch.compile cells the reference cache lacks (eager compiles nothing; skips run nothing)."""
+def uncached_references(keys: list, reasons: dict) -> list:
+    """The reference cells (eager, torch.compile) of ``keys`` that run and that the
+    machine's reference cache lacks: what a setup must measure."""
     known = _known_references()
-    return [key for key in keys if not reasons[key] and (
-        key[2] == "triton" or key[2] == "torch_compile" and _reference_cache_key(*key) not in known)]
+    return [key for key in keys if key[2] in REFERENCE_IMPLS and not reasons[key]
+            and _reference_cache_key(*key) not in known]
+
+
+BARRIER_S = 1800  # a worker waits this long for the others' compiles, then times anyway
+
+
+def reference_cells_in_workers(keys: list, workers: int | None = None) -> dict:
+    """``{key: measure_cell(*key)}``, measured in up to ``workers`` spawned processes
+    (default WORKERS), each op x shape x impl in one: every process first calls its cells
+    once (torch.compile's tracing and inductor's compiles, ~100 of ~260 s of a cold
+    References setup even after a prewarm, H200 session 8, since a cache hit still traces),
+    all at once; then, when all have, they time their cells one process at a time, so
+    each timing has the GPU and the host to itself. Cells of a process that died are
+    missing (the caller measures them itself)."""
+    import multiprocessing as mp
+
+    shares = _kernel_shares(keys, workers)
+    if not shares:
+        return {}
+    with mp.get_context("spawn").Manager() as manager:
+        gate = manager.Barrier(len(shares)), manager.Lock()
+        got = in_workers(_compile_then_measure, [(share, gate) for share in shares], here=False)
+    return {key: cell for share in got if share for key, cell in share.items()}
+
+
+def _compile_then_measure(keys: list, gate) -> dict:
+    """A worker's share of ``reference_cells_in_workers``: warm, wait for the others, time under the lock."""
+    barrier, lock = gate
+    _warm_share(keys)
+    try:
+        barrier.wait(BARRIER_S)
+    except Exception:  # broken or timed out (a worker died): time anyway, still one at a time
+        pass
+    with lock:
+        return {key: measure_cell(*key) for key in keys}
 
 
 def missing_in_commit(op_name: str):
