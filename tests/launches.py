@@ -1,0 +1,58 @@
+"""Kernel launches of a call: every Triton kernel scankit launches (``common.launch``), plus
+every torch op that launches a GPU kernel of its own (the glue: copies, fills, cats, flips;
+views and allocations launch nothing). The same on the CPU (kernels through TRITON_INTERPRET=1,
+whose own copies of the arguments are not counted) and on a GPU, where it is the number of
+kernels a torch.profiler trace of the call shows."""
+from __future__ import annotations
+
+import contextlib
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# ops that allocate or re-describe memory without running a kernel
+_FREE = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach", "alias",
+         "lift_fresh", "_reshape_alias", "set_", "resize_", "sym_size", "sym_stride", "sym_numel",
+         "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type", "result_type"}
+
+
+class Launches(TorchDispatchMode):
+    """``with Launches() as n: fn()``; then ``n.kernels`` (Triton kernel names) and ``n.glue``
+    (torch ops that launch), ``n.total``."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels, self.glue, self._inside = [], [], 0
+
+    @property
+    def total(self) -> int:
+        return len(self.kernels) + len(self.glue)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not self._inside and not func.is_view and name not in _FREE:
+            self.glue.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        from scankit.triton import common
+
+        launch, counter = common.launch, self
+
+        def counted(kernel, grid, *args, **meta):
+            counter.kernels.append(kernel.fn.__name__)
+            counter._inside += 1
+            try:
+                return launch(kernel, grid, *args, **meta)
+            finally:
+                counter._inside -= 1
+
+        self._restore = contextlib.ExitStack()
+        common.launch = counted
+        self._restore.callback(setattr, common, "launch", launch)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._restore.close()
