@@ -7,8 +7,9 @@ once and written once. The backward is the same recurrence on reversed time:
 ``g^_t = g_t + a_{t+1} g^_{t+1}``, ``db_t = g^_t``, ``da_t = g^_t h_{t-1}``.
 
 When (batch x D-tiles) programs cannot fill the GPU, T is split into chunks: a summary
-pass reduces each chunk to (product of a, state from zero), a small scan over the chunk
-summaries gives each chunk its carry-in, and the main pass runs every chunk in parallel;
+pass reduces each chunk to (product of a, state from zero), and the main pass runs every
+chunk in parallel, each program first folding the summaries of the chunks before it (after
+it, backward) into its carry-in: two launches, no scan of the summaries in between;
 ``linear_scan`` runs single-pass with decoupled look-back there instead (``common.LOOKBACK``).
 
 The log op (``parallel_scan_log``) carries its state between chunks as log h. A chunk is
@@ -72,6 +73,30 @@ def _initial_state(h0_ptr, bi, d, mask, sh_b, sh_d, HAS_H0: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def _fold_before(p_ptr, s_ptr, prod, h, bi, ci, NC, D, d, dmask):
+    """(running product, state) entering chunk ci of a forward linear recurrence: ``prod``, ``h``
+    carried through the summaries of chunks 0 .. ci - 1 (product of a, state from zero; at
+    (bi * NC + j) * D + d). The carry scan over the summaries, folded into the main pass."""
+    for j in range(0, ci):
+        slot = (bi * NC + j) * D + d
+        p = tl.load(p_ptr + slot, mask=dmask, other=1.0)
+        h = p * h + tl.load(s_ptr + slot, mask=dmask, other=0.0)
+        prod = prod * p
+    return prod, h
+
+
+@triton.jit
+def _fold_after(p_ptr, s_ptr, bi, ci, NC, D, d, dmask, BLOCK_D: tl.constexpr):
+    """The state entering chunk ci of a reverse-time linear recurrence (at the row after the
+    chunk): from zero at the end of time through the summaries of chunks NC - 1 .. ci + 1."""
+    g = tl.zeros((BLOCK_D,), tl.float32)
+    for k in range(0, NC - 1 - ci):
+        slot = (bi * NC + NC - 1 - k) * D + d
+        g = tl.load(p_ptr + slot, mask=dmask, other=0.0) * g + tl.load(s_ptr + slot, mask=dmask, other=0.0)
+    return g
+
+
+@triton.jit
 def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr):
     """A tile's coefficients and inputs in fp32: (a, b) with the identity (1, 0) where masked,
     or for the log op (log a, log b_t from slot t + 1) with the identity (0, -inf)."""
@@ -96,8 +121,9 @@ def _fwd_kernel(
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Linear recurrence over this program's chunk. Main pass: states h (and running
-    products when WRITE_A) from h_0, or for chunk ci > 0 from the carry scan's state after
-    chunk ci - 1 (HAS_CARRY). SUMMARY: each chunk's (product of a, state from zero)."""
+    products when WRITE_A) from h_0, carried through the summaries of the chunks before this
+    one (HAS_CARRY: carry_a, carry_h). SUMMARY: each chunk's (product of a, state from zero)
+    into out_a, out_h (B, NC, D)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -108,11 +134,7 @@ def _fwd_kernel(
     if not SUMMARY:
         h = _initial_state(h0_ptr, bi, d, dmask, sh_b, sh_d, HAS_H0, BLOCK_D)
         if HAS_CARRY:
-            if ci > 0:
-                slot = (bi * NC + ci - 1) * D + d
-                h = tl.load(carry_h_ptr + slot, mask=dmask, other=0.0)
-                if WRITE_A:
-                    prod = tl.load(carry_a_ptr + slot, mask=dmask, other=1.0)
+            prod, h = _fold_before(carry_a_ptr, carry_h_ptr, prod, h, bi, ci, NC, D, d, dmask)
 
     out_base = bi * T * D + d[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
@@ -136,53 +158,51 @@ def _fwd_kernel(
 
 @triton.jit
 def _log_fwd_kernel(
-    lc_ptr, lv_ptr, carry_ptr, out_ptr, out_l_ptr,
+    lc_ptr, lv_ptr, sum_a_ptr, sum_h_ptr, out_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d,
-    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, OUT_LOG: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """The log op over this program's chunk, from the log state ell_in: log h_0, or for
-    chunk ci > 0 the carry scan's log state after chunk ci - 1 (HAS_CARRY). First the linear
-    walk (a = exp(log a), b = exp(log b)), which also gathers where it is not exact (module
-    doc); if anything was, the chunk again, row by row in log space (logaddexp), overwriting. SUMMARY: each chunk's (sum of log a, log state from zero) into out_l (B, NC,
-    D) and slots 1.. of out (B, NC + 1, D), whose slot 0 gets log h_0 (the carry scan's
-    inputs). OUT_LOG: write log h (the carry scan itself, always in log space)."""
+    """The log op over this program's chunk, from the log state ell_in: log h_0, carried
+    through the summaries of the chunks before this one (HAS_CARRY). First the linear walk
+    (a = exp(log a), b = exp(log b)), which also gathers where it is not exact (module doc);
+    if anything was, the chunk again, row by row in log space (logaddexp), overwriting.
+    SUMMARY: each chunk's (sum of log a, log state from zero) into sum_a, sum_h (B, NC, D)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
     ell_in = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32)
     if SUMMARY:
-        tl.store(out_ptr + bi * (NC + 1) * D + d, ell_in, mask=when(ci == 0, dmask))
         ell_in = tl.full((BLOCK_D,), float("-inf"), tl.float32)
-    elif HAS_CARRY:
-        if ci > 0:
-            ell_in = tl.load(carry_ptr + (bi * NC + ci - 1) * D + d, mask=dmask, other=float("-inf"))
+    elif HAS_CARRY:  # the carry scan over the summaries, in log space, folded in here
+        for j in range(0, ci):
+            slot = (bi * NC + j) * D + d
+            ell_in = _logaddexp(tl.load(sum_a_ptr + slot, mask=dmask, other=0.0) + ell_in,
+                                tl.load(sum_h_ptr + slot, mask=dmask, other=float("-inf")))
     out_base = bi * T * D + d[None, :]
 
-    redo = OUT_LOG
-    if not OUT_LOG:
-        h = tl.exp(ell_in)
-        bad = tl.zeros((BLOCK_T, BLOCK_D), tl.int1) | (ell_in > LOG_RANGE)[None, :]
-        lsum = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)
-        for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
-            rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
-            mask = (rows < T)[:, None] & dmask[None, :]
-            lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True)
-            a, b = tl.exp(lc), tl.exp(lv)
-            a_run, b_run = tl.associative_scan((a, b), 0, _combine)
-            hs = a_run * h[None, :] + b_run
-            if not SUMMARY:
-                tl.store(out_ptr + out_base + rows[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
-            # exact where: decays only, |log b| <= LOG_RANGE, carry <= e^LOG_RANGE b (from a and b,
-            # live anyway: fewer registers than from the logs)
-            far = (a > 1.0) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | (h[None, :] > LOG_SPAN * b)
-            bad = bad | (mask & far)
-            lsum += lc
-            h = _last_row(hs, BLOCK_T)
-        redo = tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0
-        ell = tl.log(h)
-        lsum = tl.sum(lsum, axis=0)
+    h = tl.exp(ell_in)
+    bad = tl.zeros((BLOCK_T, BLOCK_D), tl.int1) | (ell_in > LOG_RANGE)[None, :]
+    lsum = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)
+    for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
+        rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
+        mask = (rows < T)[:, None] & dmask[None, :]
+        lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True)
+        a, b = tl.exp(lc), tl.exp(lv)
+        a_run, b_run = tl.associative_scan((a, b), 0, _combine)
+        hs = a_run * h[None, :] + b_run
+        if not SUMMARY:
+            tl.store(out_ptr + out_base + rows[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
+        # exact where: decays only, |log b| <= LOG_RANGE, carry <= e^LOG_RANGE b (from a and b,
+        # live anyway: fewer registers than from the logs)
+        far = (a > 1.0) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | (h[None, :] > LOG_SPAN * b)
+        bad = bad | (mask & far)
+        lsum += lc
+        h = _last_row(hs, BLOCK_T)
+    redo = tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0
+    ell = tl.log(h)
+    lsum = tl.sum(lsum, axis=0)
     if redo:  # rare: row by row, the simplest exact form
         ell = ell_in
         lsum = tl.zeros((BLOCK_D,), tl.float32)
@@ -191,13 +211,12 @@ def _log_fwd_kernel(
             lv = tl.load(lv_ptr + bi * sb_b + (t + 1) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
             ell = _logaddexp(lc + ell, lv.to(tl.float32))
             if not SUMMARY:
-                out = ell if OUT_LOG else tl.exp(ell)
-                tl.store(out_ptr + bi * T * D + t * D + d, out.to(out_ptr.dtype.element_ty), mask=dmask)
+                tl.store(out_ptr + bi * T * D + t * D + d, tl.exp(ell).to(out_ptr.dtype.element_ty), mask=dmask)
             lsum += lc
     if SUMMARY:
         side = (bi * NC + ci) * D + d
-        tl.store(out_l_ptr + side, lsum, mask=dmask)
-        tl.store(out_ptr + side + bi * D + D, ell, mask=dmask)
+        tl.store(sum_a_ptr + side, lsum, mask=dmask)
+        tl.store(sum_h_ptr + side, ell, mask=dmask)
 
 
 @triton.jit
@@ -334,8 +353,10 @@ def _bwd_kernel(
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """Backward of the linear recurrence over this program's chunk, t descending. SUMMARY:
-    each chunk's (product of a_{t+1}, g^ from zero) and the prefix grad's."""
+    """Backward of the linear recurrence over this program's chunk, t descending, from g^
+    (and the prefix grad's) after the chunk, carried through the summaries of the chunks
+    after it (HAS_CARRY: sum_p, carry_h, carry_a). SUMMARY: each chunk's (product of
+    a_{t+1}, g^ from zero) and the prefix grad's into sum_p, carry_h, carry_a (B, NC, D)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -346,9 +367,9 @@ def _bwd_kernel(
     ga = tl.zeros((BLOCK_D,), tl.float32)
     prod = tl.full((BLOCK_D,), 1.0, tl.float32)
     if HAS_CARRY:
-        g = tl.load(carry_h_ptr + side, mask=dmask, other=0.0)
+        g = _fold_after(sum_p_ptr, carry_h_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
         if HAS_GA:
-            ga = tl.load(carry_a_ptr + side, mask=dmask, other=0.0)
+            ga = _fold_after(sum_p_ptr, carry_a_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
     h0 = _initial_state(h0_ptr, bi, d, dmask, sh_b, sh_d, HAS_H0, BLOCK_D)
 
     base = bi * T * D + d[None, :]
@@ -410,7 +431,7 @@ def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, su
     lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)
     q = tl.zeros((BLOCK_D,), tl.float32)
     if HAS_CARRY:
-        q = tl.load(carry_ptr + (bi * NC + ci) * D + d, mask=dmask, other=0.0)
+        q = _fold_after(sum_p_ptr, carry_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
     prod = tl.full((BLOCK_D,), 1.0, tl.float32)
     after = t_lo + CHUNK < T
     h_next = tl.load(h_ptr + base + (t_lo + CHUNK) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
@@ -449,7 +470,7 @@ def _log_bwd_kernel(
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Backward of the log op over this program's chunk, t descending, from q_in = g^ h at
-    the row after the chunk (the carry; 0 at the end of time). First the linear backward
+    the row after the chunk (0 at the end of time). First the linear backward
     (g^_t = u_t + a_{t+1} g^_{t+1}, dlog_a = g^ a_t h_{t-1}, dlog_b = g^ b_t from
     g^ = q_in / h there), which also gathers where it is not exact: growing coefficients,
     decays or log values beyond e^+-LOG_RANGE, states outside e^+-LOG_RANGE; if anything
@@ -463,8 +484,8 @@ def _log_bwd_kernel(
     base = bi * T * D + d
     lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)  # log h_0
     q_in = tl.zeros((BLOCK_D,), tl.float32)
-    if HAS_CARRY:
-        q_in = tl.load(carry_ptr + side, mask=dmask, other=0.0)
+    if HAS_CARRY:  # carried through the summaries (sum_p, carry) of the chunks after this one
+        q_in = _fold_after(sum_p_ptr, carry_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
     # the states the linear walk divides and multiplies by: after the chunk (q_in -> g^) and
     # at its first row (g^ -> q)
     after = t_lo + CHUNK < T
@@ -588,11 +609,12 @@ def _geometry(a, log: bool, nc: Optional[int] = None):
     return block_t, block_d, warps, cdiv(T, chunk), chunk
 
 
-def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None, out_log: bool = False):
-    """States (and running products when ``write_a``) of the elementwise recurrence; the
-    log op's in log space with ``out_log`` (its carry scan)."""
+def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
+    """States (and running products when ``write_a``) of the elementwise recurrence: one
+    pass, or where T is chunked a summary pass and the main pass, which folds the chunk
+    summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead)."""
     B, T, D = a.shape
-    out_h = torch.empty((B, T, D), device=a.device, dtype=torch.float32 if out_log else a.dtype)
+    out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     if out_h.numel() == 0:
         return (out_a if write_a else None), out_h
@@ -603,14 +625,14 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None, out_l
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
-        carry_a, carry_h = _carries(a, b, h0, log, write_a, nc, chunk, (block_t, block_d, warps))
+        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps))
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
                 STAGES=common.stages(log, "fwd"), num_warps=warps)
     if log:
-        common.launch(_log_fwd_kernel, grid, a, b, carry_h, out_h, None, T, D, nc, chunk, B_nc,
-                      *_strides3(a), *_strides3(b), OUT_LOG=out_log, **meta)
+        common.launch(_log_fwd_kernel, grid, a, b, carry_a, carry_h, out_h, T, D, nc, chunk, B_nc,
+                      *_strides3(a), *_strides3(b), **meta)
     else:
         common.launch(_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk, B_nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=write_a, **meta)
@@ -632,24 +654,23 @@ def _launch_lookback(kernel, a, planes: int, before, after, strides, **flags):
     )
 
 
-def _carries(a, b, h0, log, write_a, nc, chunk, tile):
-    """Carry-in of each chunk: the state (and running product) after chunks 0 .. NC - 1 from
-    a summary pass and a scan over its summaries (main-pass chunk ci reads slot ci - 1); the
-    log op's in log space."""
+def _summaries(a, b, h0, log, nc, chunk, tile):
+    """Each chunk's summary (B, nc, D) x 2 from one pass: (product of a, state from zero),
+    the log op's as (sum of log a, log state from zero); the main pass folds them."""
     B, T, D = a.shape
     block_t, block_d, warps = tile
     sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
-    sum_h = torch.empty((B, nc + 1 if log else nc, D), device=a.device, dtype=torch.float32)
+    sum_h = torch.empty_like(sum_a)
     grid = (B * nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
                 STAGES=common.stages(log, "fwd"), num_warps=warps)
-    if log:  # (sum of log a, log state from zero) per chunk; then log h after each, from log h_0 (slot 0)
-        common.launch(_log_fwd_kernel, grid, a, b, None, sum_h, sum_a, T, D, nc, chunk, B * nc,
-                      *_strides3(a), *_strides3(b), OUT_LOG=False, **meta)
-        return None, _forward(sum_a, sum_h, None, log=True, write_a=False, nc=1, out_log=True)[1]
-    common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk, B * nc,
-                  *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True, **meta)
-    return _forward(sum_a, sum_h, h0, log=False, write_a=write_a, nc=1)
+    if log:
+        common.launch(_log_fwd_kernel, grid, a, b, sum_a, sum_h, None, T, D, nc, chunk, B * nc,
+                      *_strides3(a), *_strides3(b), **meta)
+    else:
+        common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk, B * nc,
+                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True, **meta)
+    return sum_a, sum_h
 
 
 def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
@@ -679,22 +700,15 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
         kernel, before, after = _bwd_kernel, (a, h0, gh, ga, hout, aout), (da, db, dh0)
         args = (T, D, nc, chunk, B_nc, *_strides3(a), *_h0_strides(h0))
         consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None)
-    carries = (None,) if log else (None, None)
-    if nc > 1:
+    sum_p, sums = None, ((None,) if log else (None, None))
+    if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
         sum_p = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
         sums = (torch.empty_like(sum_p),) if log else (torch.empty_like(sum_p),
                                                         torch.empty_like(sum_p) if ga is not None else None)
         common.launch(kernel, grid, *before, *sums, *((None,) * len(after)), sum_p, *args,
                       HAS_CARRY=False, SUMMARY=True, **consts)
-        carries = tuple(_reverse_carry(sum_p, s) if s is not None else None for s in sums)
-    common.launch(kernel, grid, *before, *carries, *after, None, *args, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
+    common.launch(kernel, grid, *before, *sums, *after, sum_p, *args, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
     return da, db, dh0
-
-
-def _reverse_carry(prod, state):
-    """Carry-in of each chunk for a reverse-time recurrence, from chunk summaries."""
-    _, run = _forward(prod.flip(1), state.flip(1), None, log=False, write_a=False, nc=1)
-    return torch.cat([torch.zeros_like(run[:, :1]), run[:, :-1]], dim=1).flip(1).contiguous()
 
 
 linear_scan = common.prefix_scan_op(
