@@ -7,7 +7,8 @@ would cost ~1e-3 relative error, and k < 16 is below its minimum anyway).
 The backward walks t = T..1: ``G^_t = G_t + A_{t+1}^T G^_{t+1}``,
 ``dA_t = G^A_t Abar_{t-1}^T + G^B_t Bbar_{t-1}^T``, ``dB_t = G^B_t``, re-reading the saved
 forward outputs. Long sequences with few lanes split T into chunks as in
-``elementwise``: summary pass, a scan of the chunk summaries (this same kernel), main pass.
+``elementwise``: a summary pass, then the main pass, each program folding the summaries of
+the chunks before it (after it, backward) into its carry-in.
 """
 import torch
 import triton
@@ -35,6 +36,35 @@ def _offsets(n, rows, cols, s_n, s_r, s_c):
 
 
 @triton.jit
+def _fold_before(sa_ptr, sb_ptr, xa, xb, bi, ci, NC, N, off_kk, off_kv, nmask,
+                 K: tl.constexpr, V: tl.constexpr, TRACK_A: tl.constexpr):
+    """(running product, state) entering chunk ci: ``xa``, ``xb`` carried through the chunk
+    summaries (product, state from zero) of chunks 0 .. ci - 1, slots (bi * NC + j) * N: the
+    scan of the summaries, folded into the main pass."""
+    for c in range(0, ci):
+        slot = (bi * NC + c) * N
+        p = tl.load(sa_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
+        xb = _mm(p, xb) + tl.load(sb_ptr + slot * K * V + off_kv, mask=nmask, other=0.0)
+        if TRACK_A:
+            xa = _mm(p, xa)
+    return xa, xb
+
+
+@triton.jit
+def _fold_after(sp_ptr, sb_ptr, sa_ptr, gb, ga, bi, ci, NC, N, off_kk, off_kv, nmask,
+                K: tl.constexpr, V: tl.constexpr, HAS_GA: tl.constexpr):
+    """The backward's (G^B, G^A) entering chunk ci (at the row after it): from zero at the end
+    of time through the summaries (product sp, states sb, sa) of chunks NC - 1 .. ci + 1."""
+    for c in range(0, NC - 1 - ci):
+        slot = (bi * NC + NC - 1 - c) * N
+        p = tl.load(sp_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
+        gb = _mm(p, gb) + tl.load(sb_ptr + slot * K * V + off_kv, mask=nmask, other=0.0)
+        if HAS_GA:
+            ga = _mm(p, ga) + tl.load(sa_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
+    return gb, ga
+
+
+@triton.jit
 def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
     T, N, NC, CHUNK, NBC,
@@ -53,13 +83,10 @@ def _fwd_kernel(
     xa = tl.where(ki[None, :, None] == kj[None, None, :], 1.0, 0.0) + tl.zeros((BN, K, K), tl.float32)
     xb = tl.zeros((BN, K, V), tl.float32)
     if not SUMMARY:
-        if HAS_CARRY:
-            side = (bi * NC + ci) * N
-            xb = tl.load(carry_b_ptr + side * K * V + off_kv, mask=nmask, other=0.0)
-            if TRACK_A:
-                xa = tl.load(carry_a_ptr + side * K * K + off_kk, mask=nmask, other=0.0)
-        elif HAS_H0:
+        if HAS_H0:
             xb = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=nmask, other=0.0).to(tl.float32)
+        if HAS_CARRY:
+            xa, xb = _fold_before(carry_a_ptr, carry_b_ptr, xa, xb, bi, ci, NC, N, off_kk, off_kv, nmask, K, V, TRACK_A)
 
     a_rel = _offsets(n, ki, kj, sa_n, sa_i, sa_j)
     b_rel = _offsets(n, ki, vj, sb_n, sb_i, sb_j)
@@ -118,6 +145,35 @@ def _mm2(a00, a01, a10, a11, x00, x01, x10, x11):
 
 
 @triton.jit
+def _fold2_before(sa_ptr, sb_ptr, p00, p01, p10, p11, h0, h1, bi, ci, NC, N, n, nmask, TRACK_A: tl.constexpr):
+    """``_fold_before`` for the 2x2 kernels' per-lane (Abar, h): summaries at (bi * NC + j) * N + n."""
+    for c in range(0, ci):
+        slot = (bi * NC + c) * N + n
+        s00, s01, s10, s11 = _ld4(sa_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
+        x0, x1 = _ld2(sb_ptr + slot * 2, 1, nmask, 0.0, 0.0)
+        h0, h1 = s00 * h0 + s01 * h1 + x0, s10 * h0 + s11 * h1 + x1
+        if TRACK_A:
+            p00, p01, p10, p11 = _mm2(s00, s01, s10, s11, p00, p01, p10, p11)
+    return p00, p01, p10, p11, h0, h1
+
+
+@triton.jit
+def _fold2_after(sp_ptr, sb_ptr, sa_ptr, g0, g1, q00, q01, q10, q11, bi, ci, NC, N, n, nmask,
+                 HAS_GA: tl.constexpr):
+    """``_fold_after`` for the 2x2 kernels' per-lane (G^, G^A)."""
+    for c in range(0, NC - 1 - ci):
+        slot = (bi * NC + NC - 1 - c) * N + n
+        s00, s01, s10, s11 = _ld4(sp_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
+        x0, x1 = _ld2(sb_ptr + slot * 2, 1, nmask, 0.0, 0.0)
+        g0, g1 = s00 * g0 + s01 * g1 + x0, s10 * g0 + s11 * g1 + x1
+        if HAS_GA:
+            y00, y01, y10, y11 = _ld4(sa_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
+            n00, n01, n10, n11 = _mm2(s00, s01, s10, s11, q00, q01, q10, q11)
+            q00, q01, q10, q11 = n00 + y00, n01 + y01, n10 + y10, n11 + y11
+    return g0, g1, q00, q01, q10, q11
+
+
+@triton.jit
 def _fwd2_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
     T, N, NC, CHUNK, NBC,
@@ -138,12 +194,11 @@ def _fwd2_kernel(
     p00, p01, p10, p11 = one, zero, zero, one
     h0, h1 = zero, zero
     if not SUMMARY:
-        if HAS_CARRY:
-            h0, h1 = _ld2(carry_b_ptr + side * 2, 1, nmask, 0.0, 0.0)
-            if TRACK_A:
-                p00, p01, p10, p11 = _ld4(carry_a_ptr + side * 4, 2, 1, nmask, 1.0, 0.0, 0.0, 1.0)
-        elif HAS_H0:
+        if HAS_H0:
             h0, h1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, nmask, 0.0, 0.0)
+        if HAS_CARRY:
+            p00, p01, p10, p11, h0, h1 = _fold2_before(carry_a_ptr, carry_b_ptr, p00, p01, p10, p11, h0, h1,
+                                                       bi, ci, NC, N, n, nmask, TRACK_A)
     pa = a_ptr + bi * sa_b + n * sa_n
     pb = b_ptr + bi * sb_b + n * sb_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
@@ -187,9 +242,8 @@ def _bwd_kernel(
     ga = tl.zeros((BN, K, K), tl.float32)
     prod = eye
     if HAS_CARRY:
-        gb = tl.load(carry_b_ptr + side * K * V + off_kv, mask=nmask, other=0.0)
-        if HAS_GA:
-            ga = tl.load(carry_a_ptr + side * K * K + off_kk, mask=nmask, other=0.0)
+        gb, ga = _fold_after(sum_p_ptr, carry_b_ptr, carry_a_ptr, gb, ga, bi, ci, NC, N, off_kk, off_kv, nmask,
+                             K, V, HAS_GA)
 
     a_rel_t = _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
     for j in range(0, CHUNK):
@@ -249,9 +303,8 @@ def _bwd2_kernel(
     q00, q01, q10, q11 = zero, zero, zero, zero  # G^A
     p00, p01, p10, p11 = one, zero, zero, one  # product of the A^T (summary)
     if HAS_CARRY:
-        g0, g1 = _ld2(carry_b_ptr + side * 2, 1, nmask, 0.0, 0.0)
-        if HAS_GA:
-            q00, q01, q10, q11 = _ld4(carry_a_ptr + side * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
+        g0, g1, q00, q01, q10, q11 = _fold2_after(sum_p_ptr, carry_b_ptr, carry_a_ptr, g0, g1, q00, q01, q10, q11,
+                                                  bi, ci, NC, N, n, nmask, HAS_GA)
     pa = a_ptr + bi * sa_b + n * sa_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time
@@ -345,13 +398,13 @@ def _two_by_two(A, V: int) -> bool:
     return TWO_BY_TWO["enabled"] and K == 2 and V == 1 and (T >= TWO_BY_TWO["min_t"] or not on_gpu(A.device))
 
 
-def _geometry_2x2(A, chunked: bool):
+def _geometry_2x2(A):
     """(lanes per program, chunks, chunk length) of the 2x2 kernels."""
     B, T, N = A.shape[:3]
     gpu = on_gpu(A.device)
     bn = TWO_BY_TWO["block_n"] if gpu else 16
     nc = num_chunks(B * cdiv(N, bn), T, TWO_BY_TWO["min_chunk"] if gpu else 4, A.device, family="affine",
-                    per_sm=TWO_BY_TWO["per_sm"]) if chunked else 1
+                    per_sm=TWO_BY_TWO["per_sm"])
     return (bn, *_split(T, nc))
 
 
@@ -375,7 +428,7 @@ def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track
                       *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
 
 
-def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
+def _forward(A, Bm, h0, track_a: bool):
     """(Abar or None, Bbar or h) of the block recurrence."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
@@ -385,22 +438,15 @@ def _forward(A, Bm, h0, track_a: bool, chunked: bool = True):
         return (out_a if track_a else None), out_b
     two = _two_by_two(A, V)
     if two:
-        bn, nc, chunk = _geometry_2x2(A, chunked)
+        bn, nc, chunk = _geometry_2x2(A)
     else:
-        bn, nc, chunk = _geometry(A, V) if chunked else (_block_lanes(N, K, V), 1, T)
-    carry_a = carry_b = None
-    if nc > 1:
+        bn, nc, chunk = _geometry(A, V)
+    sum_a = sum_b = None
+    if nc > 1:  # each chunk's (product, state from zero); the main pass folds them into its carry-in
         sum_a = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
         _launch(two, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True)
-        h_init = h0.float() if h0 is not None else torch.zeros_like(sum_b[:, 0])
-        run_a, run_b = _forward(sum_a, sum_b, h_init, track_a=track_a, chunked=False)
-        carry_b = torch.cat([h_init.unsqueeze(1), run_b[:, :-1]], dim=1)
-        if track_a:
-            eye = torch.eye(K, device=A.device).expand(B, 1, N, K, K)
-            carry_a = torch.cat([eye, run_a[:, :-1]], dim=1)
-    _launch(two, A, Bm, h0 if carry_b is None else None, carry_a, carry_b, out_a, out_b, bn, nc, chunk,
-            track_a, False)
+    _launch(two, A, Bm, h0, sum_a, sum_b, out_a, out_b, bn, nc, chunk, track_a, False)
     return (out_a if track_a else None), out_b
 
 
@@ -416,7 +462,7 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     if dB.numel() == 0:
         return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
     two = _two_by_two(A, V)
-    bn, nc, chunk = _geometry_2x2(A, True) if two else _geometry(A, V)
+    bn, nc, chunk = _geometry_2x2(A) if two else _geometry(A, V)
     grid = (B * nc, cdiv(N, bn))
     if two:
         kernel = _bwd2_kernel
@@ -426,24 +472,16 @@ def _backward(A, h0, gb, ga, out_b, out_a):
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
     consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, I64=needs_int64(A, gb, ga, dA, dB))
     args = (T, N, nc, chunk, B * nc, *_s(A), *_s(h0, 4))
-    carry_b = carry_a = None
-    if nc > 1:
+    sum_p = sum_b = sum_a = None
+    if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
         sum_p = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
         sum_a = torch.empty_like(sum_p) if ga is not None else None
         common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p,
                       *args, HAS_CARRY=False, SUMMARY=True, **consts)
-        carry_b = _reverse_carry(sum_p, sum_b)
-        carry_a = _reverse_carry(sum_p, sum_a) if ga is not None else None
-    common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, carry_b, carry_a, dA, dB, dh0, None,
+    common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, sum_b, sum_a, dA, dB, dh0, sum_p,
                   *args, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
     return dA, dB, dh0
-
-
-def _reverse_carry(prod, state):
-    """Carry-in of each chunk for the reverse-time recurrence, from chunk summaries."""
-    _, run = _forward(prod.flip(1), state.flip(1), None, track_a=False, chunked=False)
-    return torch.cat([torch.zeros_like(run[:, :1]), run[:, :-1]], dim=1).flip(1).contiguous()
 
 
 affine_scan = prefix_scan_op(

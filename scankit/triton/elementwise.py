@@ -86,6 +86,17 @@ def _fold_before(p_ptr, s_ptr, prod, h, bi, ci, NC, D, d, dmask):
 
 
 @triton.jit
+def _fold_log_before(sa_ptr, sh_ptr, ell, bi, ci, NC, D, d, dmask):
+    """``_fold_before`` of the log op, in log space: log h through the summaries (sum of log a,
+    log state from zero) of chunks 0 .. ci - 1."""
+    for j in range(0, ci):
+        slot = (bi * NC + j) * D + d
+        ell = _logaddexp(tl.load(sa_ptr + slot, mask=dmask, other=0.0) + ell,
+                         tl.load(sh_ptr + slot, mask=dmask, other=float("-inf")))
+    return ell
+
+
+@triton.jit
 def _fold_after(p_ptr, s_ptr, bi, ci, NC, D, d, dmask, BLOCK_D: tl.constexpr):
     """The state entering chunk ci of a reverse-time linear recurrence (at the row after the
     chunk): from zero at the end of time through the summaries of chunks NC - 1 .. ci + 1."""
@@ -175,11 +186,8 @@ def _log_fwd_kernel(
     ell_in = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32)
     if SUMMARY:
         ell_in = tl.full((BLOCK_D,), float("-inf"), tl.float32)
-    elif HAS_CARRY:  # the carry scan over the summaries, in log space, folded in here
-        for j in range(0, ci):
-            slot = (bi * NC + j) * D + d
-            ell_in = _logaddexp(tl.load(sum_a_ptr + slot, mask=dmask, other=0.0) + ell_in,
-                                tl.load(sum_h_ptr + slot, mask=dmask, other=float("-inf")))
+    elif HAS_CARRY:
+        ell_in = _fold_log_before(sum_a_ptr, sum_h_ptr, ell_in, bi, ci, NC, D, d, dmask)
     out_base = bi * T * D + d[None, :]
 
     h = tl.exp(ell_in)
