@@ -1,0 +1,126 @@
+"""Compile every Triton kernel specialization scankit launches on a GPU, for a GPU, without one.
+
+The interpreter (TRITON_INTERPRET=1, what CI runs the kernels through) does not run Triton's
+compiler, so an error only the compiler sees (a loop-carried value that changes type, a
+constexpr misuse, a register or shared-memory limit) used to show first on the H200. Here the
+kernels are driven with the GPU configuration (tiles, warps, chunking for the target's SM count)
+on small CPU tensors of each shape class, and each launch is compiled by Triton's real JIT
+down to a cubin for the target (``warmup``: nothing runs; the outputs are garbage and unused).
+
+    python scripts/compile_for_gpu.py [--arch 90] [--sms 132]
+
+Prints one row per kernel (specializations compiled) and exits 1 on the first compile error
+or when a kernel of scankit.triton is launched by no shape class here. Not covered: the int64
+offset (I64) variants, which need tensors over 2^31 elements.
+"""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    sys.exit("compile_for_gpu: unset TRITON_INTERPRET (the interpreter compiles nothing)")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.runtime.driver import driver  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+
+class _TargetOnly:
+    """A driver that names a GPU target and nothing else (no device, no launches)."""
+
+    def __init__(self, arch: int):
+        self.target = GPUTarget("cuda", arch, 32)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+def _shape_classes():
+    """(label, op, args, kwargs) per op, form and shape class: "wide" fills the GPU with
+    (batch x tiles) programs (one pass), "narrow" does not (T-chunked / look-back), "short"
+    is a block op below the 2x2 kernels' minimum T; fp32, plus bf16 at "wide"."""
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s, dtype=torch.float32: torch.rand(*s, generator=g).to(dtype)  # noqa: E731
+    for cls, (B, T, D) in {"wide": (64, 64, 512), "narrow": (1, 4096, 64)}.items():
+        for dtype in (torch.float32, torch.bfloat16) if cls == "wide" else (torch.float32,):
+            a, b, h0 = r(B, T, D, dtype=dtype), r(B, T, D, dtype=dtype), r(B, D, dtype=dtype)
+            yield f"linear_scan {cls} {dtype}", "linear_scan", (a, b), {}
+            yield f"linear_scan state h0 {cls} {dtype}", "linear_scan", (a, b), dict(h0=h0, return_prefix=False)
+            yield f"parallel_scan_log {cls} {dtype}", "parallel_scan_log", (a.log().neg(), r(B, T + 1, D, dtype=dtype)), {}
+    for cls, (B, T, n) in {"wide": (64, 512, 64), "narrow": (1, 4096, 4), "short": (8, 64, 8)}.items():
+        M, x, h = r(B, T, n, 2, 2), r(B, T, n, 2), r(B, n, 2)
+        yield f"matrix_scan {cls}", "matrix_scan", (M, x), {}
+        yield f"matrix_scan state h0 {cls}", "matrix_scan", (M, x), dict(h0=h, return_prefix=False)
+        for k, v in ((4, 2), (8, 1), (16, 16)):
+            A, Bm, h = r(B, T, n, k, k), r(B, T, n, k, v), r(B, n, k, v)
+            yield f"matrix_affine_scan k{k} v{v} {cls}", "matrix_affine_scan", (A, Bm), {}
+            yield f"matrix_affine_scan k{k} v{v} state h0 {cls}", "matrix_affine_scan", (A, Bm), dict(h0=h, return_prefix=False)
+    for k in (2, 4, 8, 16):  # the angle-fused rotations
+        B, T, n, R = 4, 256, 8, 2
+        yield f"rotation_scan k{k}", "rotation_scan", (r(B, T, n, R, k // 2), r(B, T, n, k)), \
+            dict(scale=r(B, T, n) if k == 2 else None, gamma=r(B, T, n), h0=r(B, n, k))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
+    ap.add_argument("--sms", type=int, default=132, help="SM count the launch geometry aims at")
+    args = ap.parse_args()
+
+    driver.set_active(_TargetOnly(args.arch))
+    import scankit.triton as kernels
+    from scankit.triton import affine, common, elementwise, givens
+
+    for module in (common, elementwise, affine, givens):  # the GPU configuration, on CPU tensors
+        if hasattr(module, "on_gpu"):
+            module.on_gpu = lambda device: True
+    common._sm_count = lambda index: args.sms
+    torch.cuda.current_device = lambda: 0
+    compiled = {}  # kernel (module.name) -> its distinct compiled specializations
+    run = JITFunction.run
+
+    def compile_only(self, *a, **kw):
+        kw["warmup"] = True
+        kernel = run(self, *a, **kw)
+        assert "cubin" in kernel.asm, f"{self.__name__}: no cubin"
+        compiled.setdefault(f"{self.fn.__module__.rsplit('.', 1)[-1]}.{self.__name__}", set()).add(id(kernel))
+        return kernel
+
+    JITFunction.run = compile_only
+    for label, op, xs, kw in _shape_classes():
+        xs = [x.requires_grad_(True) for x in xs]
+        try:
+            out = getattr(kernels, op)(*xs, **kw)
+            outs = out if isinstance(out, tuple) else (out,)
+            torch.autograd.backward(outs, [torch.zeros_like(o) for o in outs])
+        except triton.compiler.errors.CompilationError as exc:
+            print(f"FAILED {label}: {exc}", file=sys.stderr)
+            return 1
+    defined = {f"{m.__name__.rsplit('.', 1)[-1]}.{name}" for m in (elementwise, affine, givens)
+               for name, f in vars(m).items() if isinstance(f, JITFunction) and name.endswith("_kernel")}
+    if defined - compiled.keys():  # a kernel no shape class reaches is not checked: say so
+        print(f"FAILED: no shape class launched {sorted(defined - compiled.keys())}", file=sys.stderr)
+        return 1
+    width = max(map(len, compiled))
+    for name, kernels_ in sorted(compiled.items()):
+        print(f"{name:<{width}}  {len(kernels_):3d} specializations")
+    total = sum(map(len, compiled.values()))
+    print(f"all {total} specializations of {len(compiled)} kernels compiled for sm_{args.arch} (triton {triton.__version__})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
