@@ -4,7 +4,8 @@ memory.
 
 ``track_device_time`` is the GPU's time per call without the host (the quantity the gate
 watches for scankit's kernels); ``track_call_latency`` is the host-inclusive wall time per
-call that a small-shape user feels (trended, not gated). Both return asv samples, so asv
+call that a small-shape user feels (trended, not gated); ``track_launches`` counts the
+kernels (memsets and copies included) one call puts on the GPU. Both return asv samples, so asv
 records each cell's median, 99% CI and quartiles. The references measure torch and the
 host, not the commit: run them once per machine (``asv run --bench References HEAD^!``);
 their cells are also kept per machine, torch and triton (``suite._cached_reference``), so a
@@ -44,6 +45,12 @@ class Scans:
 
     track_call_latency.unit = "seconds"
     track_call_latency.version = VERSION
+
+    def track_launches(self, cells, op, shape, impl, direction):
+        return cached(cells["launches"], (op, shape, impl, direction))
+
+    track_launches.unit = "launches"
+    track_launches.version = grid.LAUNCHES_VERSION
 
     def track_peak_cuda_memory(self, cells, op, shape, impl, direction):
         return cached(cells["peak_bytes"], (op, shape, impl, direction))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.harness.cases import OPS
-from launches import Launches
+from benchmarks.harness.launches import Launches
 
 FWD_BUDGET, FWDBWD_BUDGET = 2, 3
 DIMS = {  # shape class -> op -> dims

@@ -48,6 +48,7 @@ MIXER_PATHS = ("generic", "kernel")
 # carry VERSION as each timed benchmark's explicit ``version``.
 METHOD = "device_time: n calls queued behind a GPU sleep, CUDA events; call_latency: wall clock of n back-to-back calls + sync"
 VERSION = "2:" + METHOD
+LAUNCHES_VERSION = "launches: CUDA kernels, memsets and memcpys of one call in a torch.profiler trace"
 COPY_VERSION = "TB/s"  # track_copy_bandwidth's unit and version (the runs before it recorded bytes/s)
 
 

@@ -210,6 +210,19 @@ def device_time(fn, samples: int = SAMPLES) -> dict:
     return dict(samples=[queued(n) for _ in range(samples)], number=n)
 
 
+def gpu_launches(fn) -> int:
+    """Kernels, memsets and memcpys that one call of ``fn`` (after a warm-up call) puts on
+    the GPU, from a torch.profiler trace: glue included, whoever launched it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
 def median_of(cell: dict) -> float:
     """The median of an asv samples dict (what asv records as the result)."""
     return statistics.median(cell["samples"])

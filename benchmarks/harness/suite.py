@@ -70,8 +70,9 @@ def cell_skip(op_name: str, shape: str, impl: str):
 
 def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
     """One registry cell: ``device_time`` and ``call_latency`` (asv samples dicts, see
-    ``measure``), ``peak_bytes`` (None on the CPU) and ``seconds`` (device time's median).
-    A smoke run on the CPU times the call's wall time for both."""
+    ``measure``), ``peak_bytes`` (None on the CPU), ``seconds`` (device time's median) and
+    ``launches`` (kernels per call, glue included: torch.profiler on the GPU, the
+    interpreter's count in a CPU smoke run). A smoke run times the call's wall time for both."""
     import torch
 
     from . import measure
@@ -83,12 +84,22 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
         fn = measure.workload(op_name, impl, direction, xs)
         fn()
         latency = dict(samples=[_wall(fn) for _ in range(3)], number=1)
+        from .launches import Launches
+
+        with Launches() as counted:
+            fn()
         # the smoke run's device is the CPU: both quantities are its wall time
-        return dict(device_time=latency, call_latency=latency, peak_bytes=None, seconds=measure.median_of(latency))
+        return dict(device_time=latency, call_latency=latency, peak_bytes=None, seconds=measure.median_of(latency),
+                    launches=counted.total)
     xs = measure.inputs_for(op_name, shape, direction)
     fn = measure.workload(op_name, impl, direction, xs)
     cell = dict(device_time=measure.device_time(fn), call_latency=measure.call_latency(fn), peak_bytes=measure.peak_bytes(fn))
     cell["seconds"] = measure.median_of(cell["device_time"])
+    try:
+        cell["launches"] = measure.gpu_launches(fn)
+    except Exception as exc:  # the profiler is optional to the timing: n/a, and why, not a failed cell
+        print(f"launches of {op_name} {shape} {impl} {direction}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        cell["launches"] = None
     del xs, fn
     torch.cuda.empty_cache()
     return cell
@@ -190,7 +201,7 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
     from .cases import bytes_moved
 
     keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in impls]
-    out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, skipped={})
+    out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, launches={}, skipped={})
     reasons = {key: cell_skip(*key[:3]) or missing_in_commit(key[0]) for key in keys}
     fresh = {}
     if device() == "cuda":
@@ -207,6 +218,7 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
             cell = measure_cell(*key)
         for field in ("seconds", "device_time", "call_latency", "peak_bytes"):
             out[field][key] = cell[field]
+        out["launches"][key] = cell.get("launches")  # reference cells cached before it have none
     out["bytes"] = {}
     for o in ops:
         for s in shapes:

@@ -2,7 +2,8 @@
 every torch op that launches a GPU kernel of its own (the glue: copies, fills, cats, flips;
 views and allocations launch nothing). The same on the CPU (kernels through TRITON_INTERPRET=1,
 whose own copies of the arguments are not counted) and on a GPU, where it is the number of
-kernels a torch.profiler trace of the call shows."""
+kernels a torch.profiler trace of the call shows (``measure.gpu_launches``, the suite's
+count there)."""
 from __future__ import annotations
 
 import contextlib
