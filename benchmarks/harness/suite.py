@@ -392,8 +392,6 @@ def parity_summary(rows) -> dict:
     return out
 
 
-
-
 def write_parity_sidecar(rows, env) -> Path:
     """Keep an asv run's per-case parity rows beside its results:
     ``$SCANKIT_ASV_PARITY_DIR`` (default experiments/asv/parity) / machine / commit.json.
