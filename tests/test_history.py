@@ -90,7 +90,9 @@ def test_runs_a_commit_in_parts_and_merges_them_whole(tmp_path):
     assert sorted(p.name for p in logs.iterdir()) == [f"{head[:8]}-part0.log", f"{head[:8]}-part1.log"]
     (result,) = (results / "smoke").glob(f"{head[:8]}-*.json")
     modules = {name.split(".")[0] for name in json.loads(result.read_text())["results"]}
-    assert {"bench_scans", "bench_parity"} <= modules, modules
+    # (seen once, session 8, under -n 2 beside other asv tests: a module missing; the parts' logs say why)
+    assert {"bench_scans", "bench_parity"} <= modules, (modules, out.stdout[-1500:],
+                                                        [p.read_text()[-3000:] for p in sorted(logs.iterdir())])
     assert (results / "benchmarks.json").exists()
     assert json.loads(result.read_text())["env_name"].startswith("virtualenv")
 
