@@ -36,32 +36,22 @@ def _offsets(n, rows, cols, s_n, s_r, s_c):
 
 
 @triton.jit
-def _fold_before(sa_ptr, sb_ptr, xa, xb, bi, ci, NC, N, off_kk, off_kv, nmask,
-                 K: tl.constexpr, V: tl.constexpr, TRACK_A: tl.constexpr):
-    """(running product, state) entering chunk ci: ``xa``, ``xb`` carried through the chunk
-    summaries (product, state from zero) of chunks 0 .. ci - 1, slots (bi * NC + j) * N: the
+def _fold(sp_ptr, sb_ptr, sa_ptr, xa, xb, bi, first, step, count, NC, N, off_kk, off_kv, nmask,
+          K: tl.constexpr, V: tl.constexpr, TRACK: tl.constexpr, ADD_A: tl.constexpr):
+    """(xa, xb) carried through ``count`` chunk summaries (product sp, state from zero sb, and
+    with ADD_A the second state's sa; slots (bi * NC + j) * N), chunks j = first, first + step,
+    ...: a main-pass program's carry-in, forward (chunks 0 .. ci - 1; xa the running product
+    when TRACK) or backward (chunks NC - 1 down to ci + 1; xa G^A when TRACK and ADD_A). The
     scan of the summaries, folded into the main pass."""
-    for c in range(0, ci):
-        slot = (bi * NC + c) * N
-        p = tl.load(sa_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
-        xb = _mm(p, xb) + tl.load(sb_ptr + slot * K * V + off_kv, mask=nmask, other=0.0)
-        if TRACK_A:
-            xa = _mm(p, xa)
-    return xa, xb
-
-
-@triton.jit
-def _fold_after(sp_ptr, sb_ptr, sa_ptr, gb, ga, bi, ci, NC, N, off_kk, off_kv, nmask,
-                K: tl.constexpr, V: tl.constexpr, HAS_GA: tl.constexpr):
-    """The backward's (G^B, G^A) entering chunk ci (at the row after it): from zero at the end
-    of time through the summaries (product sp, states sb, sa) of chunks NC - 1 .. ci + 1."""
-    for c in range(0, NC - 1 - ci):
-        slot = (bi * NC + NC - 1 - c) * N
+    for c in range(0, count):
+        slot = (bi * NC + first + step * c) * N
         p = tl.load(sp_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
-        gb = _mm(p, gb) + tl.load(sb_ptr + slot * K * V + off_kv, mask=nmask, other=0.0)
-        if HAS_GA:
-            ga = _mm(p, ga) + tl.load(sa_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
-    return gb, ga
+        xb = _mm(p, xb) + tl.load(sb_ptr + slot * K * V + off_kv, mask=nmask, other=0.0)
+        if TRACK:
+            xa = _mm(p, xa)
+            if ADD_A:
+                xa += tl.load(sa_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
+    return xa, xb
 
 
 @triton.jit
@@ -86,7 +76,8 @@ def _fwd_kernel(
         if HAS_H0:
             xb = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=nmask, other=0.0).to(tl.float32)
         if HAS_CARRY:
-            xa, xb = _fold_before(carry_a_ptr, carry_b_ptr, xa, xb, bi, ci, NC, N, off_kk, off_kv, nmask, K, V, TRACK_A)
+            xa, xb = _fold(carry_a_ptr, carry_b_ptr, None, xa, xb, bi, 0, 1, ci, NC, N, off_kk, off_kv, nmask,
+                           K, V, TRACK_A, False)
 
     a_rel = _offsets(n, ki, kj, sa_n, sa_i, sa_j)
     b_rel = _offsets(n, ki, vj, sb_n, sb_i, sb_j)
@@ -145,32 +136,20 @@ def _mm2(a00, a01, a10, a11, x00, x01, x10, x11):
 
 
 @triton.jit
-def _fold2_before(sa_ptr, sb_ptr, p00, p01, p10, p11, h0, h1, bi, ci, NC, N, n, nmask, TRACK_A: tl.constexpr):
-    """``_fold_before`` for the 2x2 kernels' per-lane (Abar, h): summaries at (bi * NC + j) * N + n."""
-    for c in range(0, ci):
-        slot = (bi * NC + c) * N + n
-        s00, s01, s10, s11 = _ld4(sa_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
-        x0, x1 = _ld2(sb_ptr + slot * 2, 1, nmask, 0.0, 0.0)
-        h0, h1 = s00 * h0 + s01 * h1 + x0, s10 * h0 + s11 * h1 + x1
-        if TRACK_A:
-            p00, p01, p10, p11 = _mm2(s00, s01, s10, s11, p00, p01, p10, p11)
-    return p00, p01, p10, p11, h0, h1
-
-
-@triton.jit
-def _fold2_after(sp_ptr, sb_ptr, sa_ptr, g0, g1, q00, q01, q10, q11, bi, ci, NC, N, n, nmask,
-                 HAS_GA: tl.constexpr):
-    """``_fold_after`` for the 2x2 kernels' per-lane (G^, G^A)."""
-    for c in range(0, NC - 1 - ci):
-        slot = (bi * NC + NC - 1 - c) * N + n
+def _fold2(sp_ptr, sb_ptr, sa_ptr, a00, a01, a10, a11, x0, x1, bi, first, step, count, NC, N, n, nmask,
+           TRACK: tl.constexpr, ADD_A: tl.constexpr):
+    """``_fold`` for the 2x2 kernels' per-lane (2x2 a, 2-vector x): summaries at (bi * NC + j) * N + n."""
+    for c in range(0, count):
+        slot = (bi * NC + first + step * c) * N + n
         s00, s01, s10, s11 = _ld4(sp_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
-        x0, x1 = _ld2(sb_ptr + slot * 2, 1, nmask, 0.0, 0.0)
-        g0, g1 = s00 * g0 + s01 * g1 + x0, s10 * g0 + s11 * g1 + x1
-        if HAS_GA:
-            y00, y01, y10, y11 = _ld4(sa_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
-            n00, n01, n10, n11 = _mm2(s00, s01, s10, s11, q00, q01, q10, q11)
-            q00, q01, q10, q11 = n00 + y00, n01 + y01, n10 + y10, n11 + y11
-    return g0, g1, q00, q01, q10, q11
+        y0, y1 = _ld2(sb_ptr + slot * 2, 1, nmask, 0.0, 0.0)
+        x0, x1 = s00 * x0 + s01 * x1 + y0, s10 * x0 + s11 * x1 + y1
+        if TRACK:
+            a00, a01, a10, a11 = _mm2(s00, s01, s10, s11, a00, a01, a10, a11)
+            if ADD_A:
+                u00, u01, u10, u11 = _ld4(sa_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
+                a00, a01, a10, a11 = a00 + u00, a01 + u01, a10 + u10, a11 + u11
+    return a00, a01, a10, a11, x0, x1
 
 
 @triton.jit
@@ -197,8 +176,8 @@ def _fwd2_kernel(
         if HAS_H0:
             h0, h1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, nmask, 0.0, 0.0)
         if HAS_CARRY:
-            p00, p01, p10, p11, h0, h1 = _fold2_before(carry_a_ptr, carry_b_ptr, p00, p01, p10, p11, h0, h1,
-                                                       bi, ci, NC, N, n, nmask, TRACK_A)
+            p00, p01, p10, p11, h0, h1 = _fold2(carry_a_ptr, carry_b_ptr, None, p00, p01, p10, p11, h0, h1,
+                                                bi, 0, 1, ci, NC, N, n, nmask, TRACK_A, False)
     pa = a_ptr + bi * sa_b + n * sa_n
     pb = b_ptr + bi * sb_b + n * sb_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
@@ -242,8 +221,8 @@ def _bwd_kernel(
     ga = tl.zeros((BN, K, K), tl.float32)
     prod = eye
     if HAS_CARRY:
-        gb, ga = _fold_after(sum_p_ptr, carry_b_ptr, carry_a_ptr, gb, ga, bi, ci, NC, N, off_kk, off_kv, nmask,
-                             K, V, HAS_GA)
+        ga, gb = _fold(sum_p_ptr, carry_b_ptr, carry_a_ptr, ga, gb, bi, NC - 1, -1, NC - 1 - ci, NC, N, off_kk,
+                       off_kv, nmask, K, V, HAS_GA, True)
 
     a_rel_t = _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
     for j in range(0, CHUNK):
@@ -303,8 +282,8 @@ def _bwd2_kernel(
     q00, q01, q10, q11 = zero, zero, zero, zero  # G^A
     p00, p01, p10, p11 = one, zero, zero, one  # product of the A^T (summary)
     if HAS_CARRY:
-        g0, g1, q00, q01, q10, q11 = _fold2_after(sum_p_ptr, carry_b_ptr, carry_a_ptr, g0, g1, q00, q01, q10, q11,
-                                                  bi, ci, NC, N, n, nmask, HAS_GA)
+        q00, q01, q10, q11, g0, g1 = _fold2(sum_p_ptr, carry_b_ptr, carry_a_ptr, q00, q01, q10, q11, g0, g1,
+                                            bi, NC - 1, -1, NC - 1 - ci, NC, N, n, nmask, HAS_GA, True)
     pa = a_ptr + bi * sa_b + n * sa_n
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time

@@ -27,7 +27,6 @@ w_t = b_t / h_t (both in [0, 1], from logs) with q_t = g^_t h_t:
 ``dlog_h_0 = q_0 r_0``: finite whenever h is (h = inf, the fp32 overflow of a state, gives
 no usable gradient). Chunk carries of the backward are q.
 """
-from typing import Optional
 
 import torch
 import triton
@@ -73,13 +72,14 @@ def _initial_state(h0_ptr, bi, d, mask, sh_b, sh_d, HAS_H0: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def _fold_before(p_ptr, s_ptr, prod, h, bi, ci, NC, D, d, dmask):
-    """(running product, state) entering chunk ci of a forward linear recurrence: ``prod``, ``h``
-    carried through the summaries of chunks 0 .. ci - 1 (product of a, state from zero; at
-    (bi * NC + j) * D + d). The carry scan over the summaries, folded into the main pass."""
-    for j in range(0, ci):
-        slot = (bi * NC + j) * D + d
-        p = tl.load(p_ptr + slot, mask=dmask, other=1.0)
+def _fold(p_ptr, s_ptr, prod, h, bi, first, step, count, NC, D, d, dmask):
+    """(product, state) carried through ``count`` chunk summaries (product of the
+    coefficients p, state from zero s; slot (bi * NC + j) * D + d), chunks j = first,
+    first + step, ...: a main-pass program's carry-in, forward (chunks 0 .. ci - 1) or
+    backward (chunks NC - 1 down to ci + 1). The scan of the summaries, folded into the pass."""
+    for c in range(0, count):
+        slot = (bi * NC + first + step * c) * D + d
+        p = tl.load(p_ptr + slot, mask=dmask, other=0.0)
         h = p * h + tl.load(s_ptr + slot, mask=dmask, other=0.0)
         prod = prod * p
     return prod, h
@@ -87,24 +87,13 @@ def _fold_before(p_ptr, s_ptr, prod, h, bi, ci, NC, D, d, dmask):
 
 @triton.jit
 def _fold_log_before(sa_ptr, sh_ptr, ell, bi, ci, NC, D, d, dmask):
-    """``_fold_before`` of the log op, in log space: log h through the summaries (sum of log a,
+    """``_fold`` forward, for the log op in log space: log h through the summaries (sum of log a,
     log state from zero) of chunks 0 .. ci - 1."""
     for j in range(0, ci):
         slot = (bi * NC + j) * D + d
         ell = _logaddexp(tl.load(sa_ptr + slot, mask=dmask, other=0.0) + ell,
                          tl.load(sh_ptr + slot, mask=dmask, other=float("-inf")))
     return ell
-
-
-@triton.jit
-def _fold_after(p_ptr, s_ptr, bi, ci, NC, D, d, dmask, BLOCK_D: tl.constexpr):
-    """The state entering chunk ci of a reverse-time linear recurrence (at the row after the
-    chunk): from zero at the end of time through the summaries of chunks NC - 1 .. ci + 1."""
-    g = tl.zeros((BLOCK_D,), tl.float32)
-    for k in range(0, NC - 1 - ci):
-        slot = (bi * NC + NC - 1 - k) * D + d
-        g = tl.load(p_ptr + slot, mask=dmask, other=0.0) * g + tl.load(s_ptr + slot, mask=dmask, other=0.0)
-    return g
 
 
 @triton.jit
@@ -145,7 +134,7 @@ def _fwd_kernel(
     if not SUMMARY:
         h = _initial_state(h0_ptr, bi, d, dmask, sh_b, sh_d, HAS_H0, BLOCK_D)
         if HAS_CARRY:
-            prod, h = _fold_before(carry_a_ptr, carry_h_ptr, prod, h, bi, ci, NC, D, d, dmask)
+            prod, h = _fold(carry_a_ptr, carry_h_ptr, prod, h, bi, 0, 1, ci, NC, D, d, dmask)
 
     out_base = bi * T * D + d[None, :]
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
@@ -375,9 +364,9 @@ def _bwd_kernel(
     ga = tl.zeros((BLOCK_D,), tl.float32)
     prod = tl.full((BLOCK_D,), 1.0, tl.float32)
     if HAS_CARRY:
-        g = _fold_after(sum_p_ptr, carry_h_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
+        _, g = _fold(sum_p_ptr, carry_h_ptr, g, g, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
         if HAS_GA:
-            ga = _fold_after(sum_p_ptr, carry_a_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
+            _, ga = _fold(sum_p_ptr, carry_a_ptr, ga, ga, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
     h0 = _initial_state(h0_ptr, bi, d, dmask, sh_b, sh_d, HAS_H0, BLOCK_D)
 
     base = bi * T * D + d[None, :]
@@ -439,7 +428,7 @@ def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, su
     lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)
     q = tl.zeros((BLOCK_D,), tl.float32)
     if HAS_CARRY:
-        q = _fold_after(sum_p_ptr, carry_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
+        _, q = _fold(sum_p_ptr, carry_ptr, q, q, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
     prod = tl.full((BLOCK_D,), 1.0, tl.float32)
     after = t_lo + CHUNK < T
     h_next = tl.load(h_ptr + base + (t_lo + CHUNK) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
@@ -493,7 +482,7 @@ def _log_bwd_kernel(
     lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)  # log h_0
     q_in = tl.zeros((BLOCK_D,), tl.float32)
     if HAS_CARRY:  # carried through the summaries (sum_p, carry) of the chunks after this one
-        q_in = _fold_after(sum_p_ptr, carry_ptr, bi, ci, NC, D, d, dmask, BLOCK_D)
+        _, q_in = _fold(sum_p_ptr, carry_ptr, q_in, q_in, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
     # the states the linear walk divides and multiplies by: after the chunk (q_in -> g^) and
     # at its first row (g^ -> q)
     after = t_lo + CHUNK < T
@@ -607,17 +596,17 @@ def _h0_strides(h0):
     return (h0.stride(0), h0.stride(1)) if h0 is not None else (0, 0)
 
 
-def _geometry(a, log: bool, nc: Optional[int] = None):
+def _geometry(a, log: bool):
     """(BLOCK_T, BLOCK_D, warps, chunks, chunk length) for (B, T, D) inputs ``a``: enough
-    T-chunks to fill the device unless ``nc`` is given; chunks a whole number of tiles long."""
+    T-chunks to fill the device; chunks a whole number of tiles long."""
     B, T, D = a.shape
     block_t, block_d, warps = tiles(a.device, log)
-    nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device) if nc is None else nc
+    nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device)
     chunk = cdiv(cdiv(T, nc), block_t) * block_t
     return block_t, block_d, warps, cdiv(T, chunk), chunk
 
 
-def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
+def _forward(a, b, h0, log: bool, write_a: bool):
     """States (and running products when ``write_a``) of the elementwise recurrence: one
     pass, or where T is chunked a summary pass and the main pass, which folds the chunk
     summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead)."""
@@ -626,7 +615,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, nc: Optional[int] = None):
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     if out_h.numel() == 0:
         return (out_a if write_a else None), out_h
-    block_t, block_d, warps, nc, chunk = _geometry(a, log, nc)
+    block_t, block_d, warps, nc, chunk = _geometry(a, log)
     if not log and common.use_lookback(nc):
         _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h),
                          (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a)
