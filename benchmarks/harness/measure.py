@@ -211,11 +211,10 @@ def device_time(fn, samples: int = SAMPLES) -> dict:
 
 
 def gpu_launches(fn) -> int:
-    """Kernels, memsets and memcpys that one call of ``fn`` (after a warm-up call) puts on
+    """Kernels, memsets and memcpys that one call of ``fn`` (already warm: compiled) puts on
     the GPU, from a torch.profiler trace: glue included, whoever launched it."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()

@@ -472,14 +472,18 @@ def isolated(fn, *args):
         return worker(fn, *args)
 
 
-def _warm_peer(name: str, direction: str, shape: str) -> bool:
-    """One call of a peer's cell (its compiles land in the disk caches); whether it ran."""
+def _peer_workload(name: str, direction: str, shape: str):
+    """The no-argument call of one peer cell (``measure.callable_workload``)."""
     from . import measure, peers
 
+    run, args = peers.peer_fn(name, *measure.inputs_for(grid.STATE_OP, shape, direction))
+    return measure.callable_workload(run, args, direction)
+
+
+def _warm_peer(name: str, direction: str, shape: str) -> bool:
+    """One call of a peer's cell (its compiles land in the disk caches); whether it ran."""
     try:
-        xs = measure.inputs_for(grid.STATE_OP, shape, direction)
-        run, args = peers.peer_fn(name, *xs)
-        measure.callable_workload(run, args, direction)()
+        _peer_workload(name, direction, shape)()
         return True
     except Exception:  # the timing pass says why
         return False
@@ -489,17 +493,14 @@ def _peer_direction_cells(name: str, direction: str, shapes: tuple) -> tuple[dic
     """One peer, one direction, every shape: ({shape: seconds}, {shape: why not})."""
     import torch
 
-    from . import measure, peers
+    from . import measure
 
     seconds, skipped = {}, {}
     for shape in shapes:
         try:
-            xs = measure.inputs_for(grid.STATE_OP, shape, direction)
-            run, args = peers.peer_fn(name, *xs)
-            seconds[shape] = measure.median_of(measure.device_time(measure.callable_workload(run, args, direction)))
+            seconds[shape] = measure.median_of(measure.device_time(_peer_workload(name, direction, shape)))
         except Exception as exc:  # a peer that cannot do this cell: say so in the table
             skipped[shape] = f"{type(exc).__name__}: {exc}"[:160]
-        xs = run = args = None
         try:
             torch.cuda.empty_cache()
         except Exception:  # the context is gone (a fault above): the next cells say so themselves
