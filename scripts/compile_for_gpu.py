@@ -100,15 +100,19 @@ def main():
         return kernel
 
     JITFunction.run = compile_only
-    for label, op, xs, kw in _shape_classes():
-        xs = [x.requires_grad_(True) for x in xs]
-        try:
-            out = getattr(kernels, op)(*xs, **kw)
-            outs = out if isinstance(out, tuple) else (out,)
-            torch.autograd.backward(outs, [torch.zeros_like(o) for o in outs])
-        except triton.compiler.errors.CompilationError as exc:
-            print(f"FAILED {label}: {exc}", file=sys.stderr)
-            return 1
+    # every look-back setting (common.LOOKBACK["linear"]): "off" sends narrow linear scans
+    # down the chunked kernels, whose prefix-gradient variant the default never launches
+    for mode in dict.fromkeys((common.LOOKBACK["linear"], "off", "always")):
+        common.LOOKBACK["linear"] = mode
+        for label, op, xs, kw in _shape_classes():
+            xs = [x.requires_grad_(True) for x in xs]
+            try:
+                out = getattr(kernels, op)(*xs, **kw)
+                outs = out if isinstance(out, tuple) else (out,)
+                torch.autograd.backward(outs, [torch.zeros_like(o) for o in outs])
+            except triton.compiler.errors.CompilationError as exc:
+                print(f"FAILED {label} (look-back {mode}): {exc}", file=sys.stderr)
+                return 1
     defined = {f"{m.__name__.rsplit('.', 1)[-1]}.{name}" for m in (elementwise, affine, givens)
                for name, f in vars(m).items() if isinstance(f, JITFunction) and name.endswith("_kernel")}
     if defined - compiled.keys():  # a kernel no shape class reaches is not checked: say so

@@ -383,7 +383,7 @@ def _bwd_kernel(
         gahat = ghat
         if HAS_GA:
             ua = tl.load(ga_ptr + off, mask=mask, other=0.0).to(tl.float32)
-            _, ua_run = tl.associative_scan((c, ua), 0, _combine)
+            ua_run = tl.associative_scan((c, ua), 0, _combine)[1]  # not `_, ua_run`: `_` is a (BLOCK_D,) above
             gahat = c_run * ga[None, :] + ua_run
             ga = _last_row(gahat, BLOCK_T)
         if SUMMARY:
