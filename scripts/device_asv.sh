@@ -30,5 +30,7 @@ for cmd in "$@"; do
   [ "$rc" -ne 0 ] && status=$rc
   tar -cf "$out/asv-results.tar" experiments/asv/results/"$machine" experiments/asv/results/benchmarks.json \
     experiments/asv/parity/"$machine" 2>/dev/null  # the parity sidecars too
+  # the harness's own phase log (benchmarks.harness.suite.note), even of a run cut off mid-setup
+  cp "${SCANKIT_BENCH_CACHE:-$HOME/.cache/scankit-bench}/harness.log" "$out/harness.log" 2>/dev/null
 done
 exit $status

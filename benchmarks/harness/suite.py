@@ -24,6 +24,19 @@ SMOKE_ENV = "SCANKIT_BENCH_SMOKE"
 WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
+def note(msg: str) -> None:
+    """One line of the harness's account of itself (a phase and its seconds, a dead worker):
+    on stderr, which asv shows only after a benchmark ends, and appended to ``harness.log``
+    beside the reference cache, which a run cut off mid-setup still leaves behind."""
+    line = f"{time.strftime('%H:%M:%S')} [{os.getpid()}] {msg}"
+    print(line, file=sys.stderr, flush=True)
+    cache = _reference_cache()
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with open(cache.parent / "harness.log", "a") as log:
+            log.write(line + "\n")
+
+
 def smoke() -> bool:
     return os.environ.get(SMOKE_ENV, "0") not in ("", "0")
 
@@ -117,8 +130,8 @@ def _warm_share(keys: list) -> int:
             xs = measure.inputs_for(op_name, shape, direction, device=device())
             measure.workload(op_name, impl, direction, xs)()
             ran += 1
-        except Exception:  # best effort: the measuring pass reports what fails
-            pass
+        except Exception as exc:  # best effort: the measuring pass reports what fails
+            note(f"warm-up of {op_name} {shape} {impl} {direction}: {type(exc).__name__}: {exc}"[:240])
         xs = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -205,8 +218,14 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
     reasons = {key: cell_skip(*key[:3]) or missing_in_commit(key[0]) for key in keys}
     fresh = {}
     if device() == "cuda":
-        prewarm([key for key in keys if key[2] == "triton" and not reasons[key]])
-        fresh = reference_cells_in_workers(uncached_references(keys, reasons))
+        t0 = time.perf_counter()
+        warmed = prewarm([key for key in keys if key[2] == "triton" and not reasons[key]])
+        note(f"op_cells: prewarm of {warmed} triton cells {time.perf_counter() - t0:.1f} s")
+        t0, todo = time.perf_counter(), uncached_references(keys, reasons)
+        fresh = reference_cells_in_workers(todo)
+        note(f"op_cells: {len(fresh)} of {len(todo)} uncached reference cells measured in workers "
+             f"{time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
     for key in progress(keys):
         reason = reasons[key]
         if reason:
@@ -219,6 +238,7 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
         for field in ("seconds", "device_time", "call_latency", "peak_bytes"):
             out[field][key] = cell[field]
         out["launches"][key] = cell.get("launches")  # reference cells cached before it have none
+    note(f"op_cells: {len(keys)} cells timed here (cached and fresh references looked up) {time.perf_counter() - t0:.1f} s")
     out["bytes"] = {}
     for o in ops:
         for s in shapes:
@@ -261,13 +281,20 @@ def reference_cells_in_workers(keys: list, workers: int | None = None) -> dict:
 def _compile_then_measure(keys: list, gate) -> dict:
     """A worker's share of ``reference_cells_in_workers``: warm, wait for the others, time under the lock."""
     barrier, lock = gate
-    _warm_share(keys)
+    t0 = time.perf_counter()
+    warmed = _warm_share(keys)
+    t1 = time.perf_counter()
     try:
         barrier.wait(BARRIER_S)
-    except Exception:  # broken or timed out (a worker died): time anyway, still one at a time
-        pass
+    except Exception as exc:  # broken or timed out (a worker died): time anyway, still one at a time
+        note(f"reference worker: barrier {type(exc).__name__}")
+    t2 = time.perf_counter()
     with lock:
-        return {key: measure_cell(*key) for key in keys}
+        t3 = time.perf_counter()
+        cells = {key: measure_cell(*key) for key in keys}
+    note(f"reference worker: warmed {warmed} of {len(keys)} cells {t1 - t0:.1f} s, barrier {t2 - t1:.1f} s, "
+         f"lock {t3 - t2:.1f} s, timed {time.perf_counter() - t3:.1f} s")
+    return cells
 
 
 def missing_in_commit(op_name: str):
@@ -315,8 +342,8 @@ def in_workers(fn, arg_lists: list[tuple], progress=iter, here=True) -> list:
             try:
                 out.append(future.result())
             except cf.process.BrokenProcessPool as exc:
-                print(f"{fn.__name__}: a worker process died ({exc}); "
-                      + ("its share runs here" if here else "its share is not run"), file=sys.stderr)
+                note(f"{fn.__name__}: a worker process died ({exc}); "
+                     + ("its share runs here" if here else "its share is not run"))
                 out.append(fn(*args) if here else None)
     return out
 
