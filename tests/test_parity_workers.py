@@ -103,3 +103,22 @@ def test_references_measured_in_workers_one_at_a_time_cover_every_cell(monkeypat
     for cell in got.values():
         assert len(cell["device_time"]["samples"]) > 0 and cell["seconds"] > 0
     assert len(suite._kernel_shares(keys, None)) == 2 and suite.reference_cells_in_workers([]) == {}
+
+
+def test_reference_shares_spread_the_compiled_cells_over_every_worker(monkeypatch):
+    """The reference grid alternates eager and torch.compile groups; packed by length, an even
+    worker count put every compile on half the workers. Packed by warm-up cost, each worker
+    compiles, no group is split, and the compiled loads differ by at most one group."""
+    monkeypatch.setattr(suite, "WORKERS", 8)
+    keys = [(o, s, i, d) for o in suite.grid.OP_NAMES for s in suite.grid.SHAPES for d in suite.grid.DIRECTIONS
+            for i in suite.REFERENCE_IMPLS if not suite.grid.skip_reason(o, s, i)]
+    for workers in (2, 4, 8):
+        shares = suite._kernel_shares(keys, workers)
+        assert sorted(k for share in shares for k in share) == sorted(keys)
+        compiled = [sum(k[2] == "torch_compile" for k in share) for share in shares]
+        assert len(shares) == workers and min(compiled) > 0, compiled
+        assert max(compiled) - min(compiled) <= len(suite.grid.DIRECTIONS), compiled
+        where = {}
+        for n, share in enumerate(shares):
+            for k in share:
+                assert where.setdefault(k[:3], n) == n, f"{k[:3]} split over shares"

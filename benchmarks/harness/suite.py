@@ -127,8 +127,10 @@ def _warm_share(keys: list) -> int:
     ran = 0
     for op_name, shape, impl, direction in keys:
         try:
+            t0 = time.perf_counter()
             xs = measure.inputs_for(op_name, shape, direction, device=device())
             measure.workload(op_name, impl, direction, xs)()
+            note(f"warm-up of {op_name} {shape} {impl} {direction}: {time.perf_counter() - t0:.1f} s")
             ran += 1
         except Exception as exc:  # best effort: the measuring pass reports what fails
             note(f"warm-up of {op_name} {shape} {impl} {direction}: {type(exc).__name__}: {exc}"[:240])
@@ -148,11 +150,16 @@ def prewarm(keys: list, workers: int | None = None) -> int:
 
 
 def _kernel_shares(keys: list, workers: int | None) -> list[list]:
-    """Cell keys in at most ``workers`` (at most WORKERS) shares, each op x shape x impl whole."""
+    """Cell keys in at most ``workers`` (at most WORKERS) shares, each op x shape x impl whole,
+    balanced by what warming them costs: a torch.compile cell compiles, an eager one does not."""
     groups = defaultdict(list)
     for key in keys:
         groups[key[:3]].append(key)
-    return _balanced(groups.values(), min(workers or WORKERS, WORKERS)) if keys else []
+    cost = lambda members: sum(1 if key[2] == "eager" else COMPILE_WEIGHT for key in members)  # noqa: E731
+    return _balanced(groups.values(), min(workers or WORKERS, WORKERS), cost) if keys else []
+
+
+COMPILE_WEIGHT = 8  # a compiled cell's warm-up against an eager one's (a few s of tracing vs a call)
 
 
 REFERENCE_IMPLS = ("eager", "torch_compile")
@@ -282,7 +289,9 @@ def _compile_then_measure(keys: list, gate) -> dict:
     """A worker's share of ``reference_cells_in_workers``: warm, wait for the others, time under the lock."""
     barrier, lock = gate
     t0 = time.perf_counter()
-    warmed = _warm_share(keys)
+    # eager cells have nothing to compile: warming them would only crowd the GPU's memory
+    # while the others compile (an eager doubling at large holds tens of GiB)
+    warmed = _warm_share([key for key in keys if key[2] != "eager"])
     t1 = time.perf_counter()
     try:
         barrier.wait(BARRIER_S)
@@ -290,8 +299,11 @@ def _compile_then_measure(keys: list, gate) -> dict:
         note(f"reference worker: barrier {type(exc).__name__}")
     t2 = time.perf_counter()
     with lock:
-        t3 = time.perf_counter()
-        cells = {key: measure_cell(*key) for key in keys}
+        t3, cells = time.perf_counter(), {}
+        for key in keys:
+            t = time.perf_counter()
+            cells[key] = measure_cell(*key)
+            note(f"timed {' '.join(key)}: {time.perf_counter() - t:.1f} s")
     note(f"reference worker: warmed {warmed} of {len(keys)} cells {t1 - t0:.1f} s, barrier {t2 - t1:.1f} s, "
          f"lock {t3 - t2:.1f} s, timed {time.perf_counter() - t3:.1f} s")
     return cells
@@ -365,12 +377,16 @@ def parity_shares(cases: list, workers: int) -> list[list[int]]:
     return [sorted(share) for share in _balanced(groups.values(), workers)]
 
 
-def _balanced(groups, workers: int) -> list[list]:
-    """Groups (lists) packed whole into at most ``workers`` shares, largest first onto the lightest."""
+def _balanced(groups, workers: int, cost=len) -> list[list]:
+    """Groups (lists) packed whole into at most ``workers`` shares, costliest first onto the
+    least loaded (``cost`` of a group: its length unless given)."""
     groups = list(groups)
     shares = [[] for _ in range(max(1, min(workers, len(groups))))]
-    for members in sorted(groups, key=len, reverse=True):
-        min(shares, key=len).extend(members)
+    load = [0] * len(shares)
+    for members in sorted(groups, key=cost, reverse=True):
+        i = load.index(min(load))
+        shares[i].extend(members)
+        load[i] += cost(members)
     return [share for share in shares if share]
 
 
