@@ -16,8 +16,9 @@ __all__ = list(_EXPORTS)
 
 
 def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    if name in _EXPORTS:  # imported once, then a plain module attribute (no lookup per call)
+        value = globals()[name] = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        return value
     raise AttributeError(f"module 'scankit' has no attribute {name!r}")
 
 

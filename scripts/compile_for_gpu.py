@@ -48,6 +48,19 @@ class _TargetOnly:
         return torch.device("cpu")
 
 
+def gpu_target(arch: int = 90, sms: int = 132) -> None:
+    """From here on, Triton compiles for ``arch`` and scankit picks the launch configuration
+    (tiles, warps, chunking for ``sms`` SMs) of that GPU, on CPU tensors, in this process."""
+    driver.set_active(_TargetOnly(arch))
+    from scankit.triton import affine, common, elementwise, givens
+
+    for module in (common, elementwise, affine, givens):
+        if hasattr(module, "on_gpu"):
+            module.on_gpu = lambda device: True
+    common._sm_count = lambda index: sms
+    torch.cuda.current_device = lambda: 0
+
+
 def _shape_classes():
     """(label, op, args, kwargs) per op, form and shape class: "wide" fills the GPU with
     (batch x tiles) programs (one pass), "narrow" does not (T-chunked / look-back), "short"
@@ -80,15 +93,10 @@ def main():
     ap.add_argument("--sms", type=int, default=132, help="SM count the launch geometry aims at")
     args = ap.parse_args()
 
-    driver.set_active(_TargetOnly(args.arch))
     import scankit.triton as kernels
     from scankit.triton import affine, common, elementwise, givens
 
-    for module in (common, elementwise, affine, givens):  # the GPU configuration, on CPU tensors
-        if hasattr(module, "on_gpu"):
-            module.on_gpu = lambda device: True
-    common._sm_count = lambda index: args.sms
-    torch.cuda.current_device = lambda: 0
+    gpu_target(args.arch, args.sms)
     compiled = {}  # kernel (module.name) -> its distinct compiled specializations
     run = JITFunction.run
 

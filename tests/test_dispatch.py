@@ -106,3 +106,32 @@ def test_import_scankit_never_imports_triton():
 
     code = "import sys, scankit; scankit.MinGRU(4, 4); assert 'triton' not in sys.modules, 'triton imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() or dispatch.interpreting()), reason="needs the kernels")
+def test_kernel_calls_with_nothing_to_differentiate_skip_autograd(scan_mode, monkeypatch):
+    """Without grad (no_grad, or no input requiring it) the kernels run without the
+    autograd.Function; with it, through it. Same values either way; the graph only with grad."""
+    from scankit.triton import common
+
+    scan_mode("triton")
+    applied = []
+    apply = torch.autograd.Function.apply.__func__
+
+    def counting(cls, *args):
+        applied.append(cls.__name__)
+        return apply(cls, *args)
+
+    monkeypatch.setattr(torch.autograd.Function, "apply", classmethod(counting))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator(device="cpu").manual_seed(int(torch.randint(1 << 30, ())))
+    a, b = (torch.rand(2, 13, 5, generator=g).to(device) for _ in range(2))
+    plain = scankit.linear_scan(a, b, return_prefix=False)
+    with torch.no_grad():
+        no_grad = scankit.linear_scan(a.requires_grad_(), b.requires_grad_(), return_prefix=False)
+    assert applied == [] and plain.grad_fn is None and no_grad.grad_fn is None
+    graph = scankit.linear_scan(a, b, return_prefix=False)
+    assert applied == ["linear_scan_fwd_eager"] and graph.grad_fn is not None
+    assert torch.equal(plain, no_grad) and torch.equal(plain, graph.detach())
+    graph.sum().backward()
+    assert a.grad is not None and b.grad is not None and common.traced((a,)) is False

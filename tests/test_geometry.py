@@ -38,3 +38,24 @@ def test_a_kernels_own_programs_per_sm_aim(monkeypatch):
     assert common.num_chunks(40, 4096, 16, gpu, family="affine") == 1               # 40 >= 4 x 10
     assert common.num_chunks(40, 4096, 16, gpu, family="affine", per_sm=32) == 8    # 320 / 40
     assert common.num_chunks(40, 64, 16, gpu, family="affine", per_sm=32) == 2      # chunks >= 32 long
+
+
+def test_int64_offsets_exactly_where_a_view_reaches_2_31_elements():
+    """needs_int64 against the largest element offset written out (meta tensors: no memory)."""
+    limit = common.INT32_LIMIT
+    big = torch.empty(2, limit // 2, device="meta")                     # numel == 2^31
+    cases = [
+        (torch.empty(limit - 1, device="meta"), False),                 # contiguous, span 2^31 - 1
+        (big, True),
+        (big[:, :-1], False),                                           # strided: last offset 2^31 - 2
+        (big[:1], False),                                               # one row: 2^30
+        (big.t(), True),                                                # transposed, same span
+        (big[:, :1], False),                                            # offsets 0 and 2^30
+        (torch.empty(8, device="meta").expand(limit, 8), False),        # stride 0: span 8
+        (torch.empty(0, device="meta"), False),
+        (torch.empty(3, limit // 2, device="meta")[::2, :8], True),      # 16 elements, 2^31 apart
+    ]
+    for t, want in cases:
+        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+        assert (span >= limit) == want, (t.shape, t.stride(), span)
+        assert common.needs_int64(None, t) is want, (t.shape, t.stride())

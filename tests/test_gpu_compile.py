@@ -16,3 +16,22 @@ def test_every_kernel_compiles_for_the_h200():
                           env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "compiled for sm_90" in done.stdout and "givens._fwd_kernel" in done.stdout, done.stdout
+
+
+def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
+    """scripts/host_cost.py without a GPU: every op's forward at lab, launches compiled for
+    sm_90 and replayed through Triton's binder, the rest scankit's (values not asserted: host
+    speed is the machine's, and CI's is shared)."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = tmp_path / "host.json"
+    done = subprocess.run([sys.executable, "scripts/host_cost.py", "--calls", "20", "--json", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["op"] for r in rows] == ["parallel_scan_log", "linear_scan", "linear_scan_state", "matrix_scan",
+                                       "matrix_affine_scan"]
+    for r in rows:
+        assert r["direction"] == "fwd" and r["launches"] == 1, r  # lab: one pass
+        assert 0 < r["triton_us"] < r["total_us"] and abs(r["scankit_us"] + r["triton_us"] - r["total_us"]) < 0.15, r

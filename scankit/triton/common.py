@@ -139,8 +139,9 @@ def _span(t: torch.Tensor) -> int:
 
 
 def needs_int64(*tensors) -> bool:
-    """Whether an element offset into any of ``tensors`` (None skipped) can reach 2^31."""
-    return any(t is not None and _span(t) >= INT32_LIMIT for t in tensors)
+    """Whether an element offset into any of ``tensors`` (None skipped) can reach 2^31
+    (a contiguous tensor's span is its numel: two C calls instead of a walk over strides)."""
+    return any(t is not None and (t.numel() if t.is_contiguous() else _span(t)) >= INT32_LIMIT for t in tensors)
 
 
 # Fused multiply-adds on, as measured (Triton 3.9 warns that its default flips in 3.10).
@@ -218,7 +219,8 @@ class _FirstOrderOnly(torch.autograd.Function):
 def with_autograd(op, impl, setup, backward):
     """Register ``backward`` / ``setup`` as ``op``'s autograd and return the callable the
     entry points use: ``op`` on traced arguments, otherwise a plain autograd.Function
-    running ``impl`` with the same setup and backward (no custom-op dispatch). ``backward``
+    running ``impl`` with the same setup and backward (no custom-op dispatch), or ``impl``
+    alone when no argument requires grad (grad mode on). ``backward``
     reaches its kernels through ``either``, so it runs the backward op wherever it is traced
     (AOTAutograd traces it with fake tensors). The kernels' backward is not itself
     differentiable: a double backward through it raises instead of dropping terms."""
@@ -247,7 +249,12 @@ def with_autograd(op, impl, setup, backward):
     Eager.__name__ = Eager.__qualname__ = f"{op._name.split('::')[-1]}_eager"
 
     def call(*args):
-        return op(*args) if traced(args) else Eager.apply(*args)
+        if traced(args):
+            return op(*args)
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return Eager.apply(*args)
+        with direct():  # nothing to differentiate: the kernels without autograd.Function's ~5 us
+            return impl(*args)
     return call
 
 

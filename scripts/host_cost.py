@@ -1,0 +1,125 @@
+"""Host time per call of each scan op, split into scankit's own Python and Triton's launches.
+
+    python scripts/host_cost.py [--shape lab] [--calls 2000] [--json OUT]
+
+Each op (the benchmark registry's cells: triton impl, fwd and fwd+bwd) is called back to back
+and timed on the wall clock; then the kernel launches of one call are recorded (kernel, grid,
+arguments) and replayed on their own, ``kernel[grid](...)`` as scankit makes them: what Triton's
+argument binder and launcher cost. scankit's share is the difference (validation, dispatch,
+autograd, allocation, geometry). fwd+bwd back-propagates a fixed grad output, made once.
+
+On a GPU the calls run (the shapes' device time is far below their host time at ``lab``: the
+GPU is kept fed, the host is what is measured). Without one, Triton compiles each launch for
+sm_90 (scripts/compile_for_gpu.py's target) and the replay stops before the launch, so the
+Triton column is the binder and its cache lookup, not the driver's launch; nothing runs, so
+fwd+bwd's backward is left out there (autograd would run it on the CPU).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    sys.exit("host_cost: unset TRITON_INTERPRET (interpreted launches are not host cost)")
+
+import torch  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+
+def _per_call_us(fn, calls: int) -> float:
+    """Median over 5 blocks of ``calls`` back-to-back calls, microseconds per call."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    fn()
+    sync()
+    blocks = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        blocks.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(blocks)
+
+
+def _recorded_launches(fn) -> list:
+    """(kernel, grid, args, meta) of each launch one call of ``fn`` makes."""
+    from scankit.triton import common
+
+    launches, launch = [], common.launch
+
+    def record(kernel, grid, *args, **meta):
+        launches.append((kernel, grid, args, dict(meta)))
+        return launch(kernel, grid, *args, **meta)
+
+    common.launch = record
+    try:
+        fn()
+    finally:
+        common.launch = launch
+    return launches
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="lab", help="a registry shape (benchmarks.harness.grid.SHAPES)")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per timed block")
+    parser.add_argument("--json", help="write the rows here too")
+    args = parser.parse_args(argv)
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        import compile_for_gpu
+
+        compile_for_gpu.gpu_target()
+        run = JITFunction.run
+
+        def compile_only(self, *a, **kw):  # bind, look up (compile once), do not launch
+            kw["warmup"] = True
+            return run(self, *a, **kw)
+
+        JITFunction.run = compile_only
+    from benchmarks.harness import grid, measure
+    from benchmarks.harness.cases import OPS
+    from scankit.triton import common
+
+    device = "cuda" if on_gpu else "cpu"
+    os.environ["MINGRU_SCAN"] = "triton"
+    if not on_gpu:  # the CPU tensors go to the kernels, compiled for the GPU target, never run
+        import scankit.dispatch
+
+        scankit.dispatch.interpreting = lambda: True
+    rows = []
+    for op_name in grid.OP_NAMES:
+        for direction in grid.DIRECTIONS if on_gpu else ("fwd",):
+            xs = OPS[op_name].inputs(OPS[op_name].dims_at(grid.SHAPES[args.shape]), device=device,
+                                     requires_grad=direction == "fwdbwd")
+            fn = measure.workload(op_name, "triton", direction, xs)
+            total = _per_call_us(fn, args.calls)
+            launches = _recorded_launches(fn)
+
+            def replay():
+                with common.direct():
+                    for kernel, grid_, a, meta in launches:
+                        common.launch(kernel, grid_, *a, **meta)
+            triton_us = _per_call_us(replay, args.calls)
+            rows.append(dict(op=op_name, direction=direction, launches=len(launches), total_us=round(total, 1),
+                             triton_us=round(triton_us, 1), scankit_us=round(total - triton_us, 1)))
+            print(*rows[-1].values(), flush=True)
+    where = torch.cuda.get_device_name() if on_gpu else "CPU (sm_90 compiled, not launched)"
+    print(f"\nhost time per call at {args.shape}, {where}, median of 5 blocks of {args.calls} calls")
+    print(tabulate(rows, headers="keys"))
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(device=where, shape=args.shape, rows=rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
