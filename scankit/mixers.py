@@ -133,7 +133,7 @@ class MinGRU(_Mixer):
         if h_0 is not None and dispatch.checks_values(h0) and bool((h0 <= 0).any()):
             raise ValueError("MinGRU states are positive: h_0 must be > 0 everywhere")
         log_a, log_b = self._log_terms(x, delta_t)
-        return ops.parallel_scan_log(log_a, torch.cat([h0.log().unsqueeze(1), log_b], dim=1))
+        return ops.parallel_scan_log(log_a, log_b, log_h0=h0.log())
 
     def _step(self, x, h, delta_t):
         log_a, log_b = self._log_terms(x, delta_t)

@@ -51,11 +51,13 @@ def _check_h0(h0, ref: torch.Tensor, ref_name: str, expected: tuple, layout: str
     _check_shape("h0", h0, expected, layout)
 
 
-def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None) -> torch.Tensor:
     """Positive scalar recurrence in log space.
 
     log_coeffs (B,T,D) = log a_t; log_values (B,T+1,D): slot 0 = log h_0, slots 1..T =
-    log b_t. Returns h_1..h_T (B,T,D) of ``h_t = a_t h_{t-1} + b_t``.
+    log b_t. Returns h_1..h_T (B,T,D) of ``h_t = a_t h_{t-1} + b_t``. Or, with ``log_h0``
+    (B,D) = log h_0, log_values (B,T,D) = log b_1..log b_T: the same recurrence without
+    concatenating h_0 onto the values first (what ``MinGRU`` does).
 
     Range: any finite log inputs, -inf included (a = 0, b = 0, h_0 = 0). The Triton kernel
     carries log h between chunks and redoes a chunk in log space wherever exp() of its
@@ -68,15 +70,23 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> tor
     """
     _check_tensor("log_coeffs", log_coeffs, 3, "(B, T, D)")
     _check_time("log_coeffs", log_coeffs)
-    _check_tensor("log_values", log_values, 3, "(B, T+1, D)")
-    _check_same("log_coeffs", log_coeffs, "log_values", log_values)
     B, T, D = log_coeffs.shape
-    _check_shape("log_values", log_values, (B, T + 1, D), "(B, T+1, D), slot 0 = log h_0")
+    if log_h0 is None:
+        _check_tensor("log_values", log_values, 3, "(B, T+1, D)")
+        _check_same("log_coeffs", log_coeffs, "log_values", log_values)
+        _check_shape("log_values", log_values, (B, T + 1, D), "(B, T+1, D), slot 0 = log h_0 (or pass log_h0=)")
+    else:
+        _check_tensor("log_values", log_values, 3, "(B, T, D) with log_h0")
+        _check_same("log_coeffs", log_coeffs, "log_values", log_values)
+        _check_shape("log_values", log_values, (B, T, D), "(B, T, D) like log_coeffs when log_h0 is given")
+        _check_tensor("log_h0", log_h0, 2, "(B, D)")
+        _check_same("log_coeffs", log_coeffs, "log_h0", log_h0)
+        _check_shape("log_h0", log_h0, (B, D), "(B, D)")
     return dispatch.run(
         "parallel_scan_log",
         log_coeffs.device,
-        lambda: reference.parallel_scan_log(log_coeffs, log_values),
-        lambda k: k.parallel_scan_log(log_coeffs, log_values),
+        lambda: reference.parallel_scan_log(log_coeffs, log_values, log_h0),
+        lambda k: k.parallel_scan_log(log_coeffs, log_values, log_h0),
     )
 
 

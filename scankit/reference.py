@@ -35,8 +35,11 @@ def _accumulate_in_fp32(fn):
 
 
 @_accumulate_in_fp32
-def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
-    """h_1..h_T of ``h_t = exp(log_coeffs_t) h_{t-1} + exp(log_values_t)``, h_0 = exp(log_values_0)."""
+def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0=None) -> torch.Tensor:
+    """h_1..h_T of ``h_t = exp(log_coeffs_t) h_{t-1} + exp(log_values_t)``, h_0 = exp(log_values_0)
+    (with ``log_h0`` (B, D): h_0 = exp(log_h0) and log_values (B, T, D) holds log b_1..log b_T)."""
+    if log_h0 is not None:
+        log_values = torch.cat([log_h0.unsqueeze(1), log_values], dim=1)
     a_star = F.pad(torch.cumsum(log_coeffs, dim=1), (0, 0, 1, 0))
     log_h = a_star + torch.logcumsumexp(log_values - a_star, dim=1)
     return torch.exp(log_h)[:, 1:]

@@ -189,3 +189,21 @@ def test_inductor_stack_fwd_bwd(seed, monkeypatch):
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     for g, r in zip(grads, torch.autograd.grad(ref.square().sum(), list(model.parameters()))):
         torch.testing.assert_close(g, r, rtol=1e-3, atol=1e-4 * r.abs().max().item())
+
+
+def test_joint_trace_of_the_log_h0_form(seed, kernels_only):
+    """parallel_scan_log(..., log_h0=) under AOTAutograd's fake-tensor trace: the log ops as
+    graph nodes, log_h0's grad among the compiled grads, equal to eager's."""
+    g = torch.Generator().manual_seed(seed)
+    lc, lv, lh0 = -torch.rand(2, 9, 5, generator=g), torch.randn(2, 9, 5, generator=g), torch.randn(2, 5, generator=g)
+    xs = [x.to(DEVICE).requires_grad_() for x in (lc, lv, lh0)]
+
+    def loss(lc, lv, lh0):
+        return (scankit.parallel_scan_log(lc, lv, log_h0=lh0) * torch.arange(5.0, device=lc.device)).sum()
+
+    joint = Joint()
+    compiled = aot_function(loss, fw_compiler=joint.run, bw_compiler=joint.run, partition_fn=joint.partition)
+    grads = torch.autograd.grad(compiled(*xs), xs)
+    assert {"scankit.log_scan_fwd.default", "scankit.log_scan_bwd.default"} <= joint.targets(), joint.targets()
+    for got, want in zip(grads, torch.autograd.grad(loss(*xs), xs)):
+        torch.testing.assert_close(got, want)

@@ -383,3 +383,35 @@ def test_lookback_state_only_with_h0_and_strided_inputs(with_h0, seed, lookback,
         assert "_fwd_lookback_kernel" in launches
     elif lookback == "off":
         assert "_fwd_lookback_kernel" not in launches
+
+
+@pytest.mark.parametrize("T", [1, 13, 150, 257])
+@pytest.mark.parametrize("layout", ["contiguous", "time-major", "broadcast-h0"])
+def test_log_op_with_log_h0_apart(T, layout, seed, launches):
+    """``parallel_scan_log(log_coeffs, log_values, log_h0=)`` (values (B, T, D), h_0 apart)
+    against the float64 loop over the concatenated slot form, grads of all three included:
+    the kernels read h_0 and write its grad apart instead of slot 0 (chunked at T = 150, 257
+    on the CPU, B = 1 there), with strided inputs and a broadcast (stride-0) log_h0."""
+    B, D = (1, 7) if T > 100 else (3, 5)
+    g = torch.Generator().manual_seed(seed)
+    lc = -torch.rand(B, T, D, generator=g) * 2
+    lv = torch.randn(B, T, D, generator=g)
+    lh0 = torch.randn(1 if layout == "broadcast-h0" else B, D, generator=g).expand(B, D)
+    if layout == "time-major":
+        lc, lv = (x.transpose(0, 1).contiguous().transpose(0, 1) for x in (lc, lv))
+    xs = [x.to(DEVICE).requires_grad_() for x in (lc, lv)]
+    h0 = lh0.to(DEVICE) if layout == "broadcast-h0" else lh0.to(DEVICE).requires_grad_()
+    ref_in = [x.detach().double().requires_grad_() for x in (lc, lv, lh0)]
+    h = scankit.parallel_scan_log(*xs, log_h0=h0)
+    ref = oracle("parallel_scan_log", [ref_in[0], torch.cat([ref_in[2].unsqueeze(1), ref_in[1]], dim=1)])
+    assert launches and "_log_fwd_kernel" in launches
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(ref.shape, dtype=torch.float64, generator=g)
+    leaves = xs + ([h0] if h0.requires_grad else [])
+    grads = torch.autograd.grad((h * w.to(h)).sum(), leaves)
+    ref_grads = torch.autograd.grad((ref * w).sum(), ref_in[:len(leaves)])
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.cpu().double(), want, atol=1e-4, rtol=1e-5)
+    # the same numbers as the slot-0 form, and no concatenation here
+    slot = scankit.parallel_scan_log(xs[0].detach(), torch.cat([h0.detach().unsqueeze(1), xs[1].detach()], dim=1))
+    torch.testing.assert_close(h.detach(), slot, atol=0, rtol=0)

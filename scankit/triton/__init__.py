@@ -8,9 +8,9 @@ from . import affine, elementwise, givens
 from .common import check_envelope
 
 
-def parallel_scan_log(log_coeffs, log_values):
-    check_envelope("parallel_scan_log", log_coeffs, log_values)
-    return elementwise.log_scan(log_coeffs, log_values)
+def parallel_scan_log(log_coeffs, log_values, log_h0=None):
+    check_envelope("parallel_scan_log", log_coeffs, log_values, log_h0)
+    return elementwise.log_scan(log_coeffs, log_values, log_h0)
 
 
 def linear_scan(a, b, *, h0=None, return_prefix=True):

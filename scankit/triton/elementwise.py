@@ -28,6 +28,8 @@ w_t = b_t / h_t (both in [0, 1], from logs) with q_t = g^_t h_t:
 no usable gradient). Chunk carries of the backward are q.
 """
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -97,12 +99,13 @@ def _fold_log_before(sa_ptr, sh_ptr, ell, bi, ci, NC, D, d, dmask):
 
 
 @triton.jit
-def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr):
+def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr,
+             V0: tl.constexpr):
     """A tile's coefficients and inputs in fp32: (a, b) with the identity (1, 0) where masked,
-    or for the log op (log a, log b_t from slot t + 1) with the identity (0, -inf)."""
+    or for the log op (log a, log b_t from row t + V0) with the identity (0, -inf)."""
     a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
     if LOG:
-        b_off = bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d
+        b_off = bi * sb_b + (rows + V0)[:, None] * sb_t + d[None, :] * sb_d
         a = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + b_off, mask=mask, other=float("-inf")).to(tl.float32)
     else:
@@ -140,7 +143,7 @@ def _fwd_kernel(
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False)
+        a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
@@ -158,12 +161,14 @@ def _fwd_kernel(
 
 @triton.jit
 def _log_fwd_kernel(
-    lc_ptr, lv_ptr, sum_a_ptr, sum_h_ptr, out_ptr,
-    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d,
-    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    lc_ptr, lv_ptr, lh0_ptr, sum_a_ptr, sum_h_ptr, out_ptr,
+    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """The log op over this program's chunk, from the log state ell_in: log h_0, carried
+    """The log op over this program's chunk; log b_t is row t + V0 of lv (V0 = 1: slot 0 of
+    log_values is log h_0, which lh0 then points at too; V0 = 0: log_h0 given apart).
+    From the log state ell_in: log h_0, carried
     through the summaries of the chunks before this one (HAS_CARRY). First the linear walk
     (a = exp(log a), b = exp(log b)), which also gathers where it is not exact (module doc);
     if anything was, the chunk again, row by row in log space (logaddexp), overwriting.
@@ -172,7 +177,7 @@ def _log_fwd_kernel(
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
-    ell_in = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=float("-inf")).to(tl.float32)
+    ell_in = _log_h0(lv_ptr, lh0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, V0)  # (masked columns unused)
     if SUMMARY:
         ell_in = tl.full((BLOCK_D,), float("-inf"), tl.float32)
     elif HAS_CARRY:
@@ -185,7 +190,7 @@ def _log_fwd_kernel(
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True)
+        lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True, V0)
         a, b = tl.exp(lc), tl.exp(lv)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
@@ -205,7 +210,7 @@ def _log_fwd_kernel(
         lsum = tl.zeros((BLOCK_D,), tl.float32)
         for t in range(t_lo, tl.minimum(t_lo + CHUNK, T)):
             lc = tl.load(lc_ptr + bi * sa_b + t * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-            lv = tl.load(lv_ptr + bi * sb_b + (t + 1) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
+            lv = tl.load(lv_ptr + bi * sb_b + (t + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
             ell = _logaddexp(lc + ell, lv.to(tl.float32))
             if not SUMMARY:
                 tl.store(out_ptr + bi * T * D + t * D + d, tl.exp(ell).to(out_ptr.dtype.element_ty), mask=dmask)
@@ -305,7 +310,7 @@ def _fwd_lookback_kernel(
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
-    a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False)
+    a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
     init_h = _initial_state(h0_ptr, bi, d, when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
@@ -414,9 +419,9 @@ def _in_range(h):
 
 
 @triton.jit(noinline=True)
-def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, sum_p_ptr, bi, ci, di, T, D, NC,
-                  CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
-                  BLOCK_D: tl.constexpr):
+def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
+                  bi, ci, di, T, D, NC, CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+                  HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, BLOCK_D: tl.constexpr):
     """``_log_bwd_kernel``'s chunk again as the bounded recurrence of the shares, row by row
     with t descending, overwriting its grads (SUMMARY: storing P and q); rarely called
     (scalar arguments, results through memory). Made a function of its own in the hope of
@@ -425,7 +430,7 @@ def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, su
     dmask = d < D
     t_lo = ci * CHUNK
     base = bi * T * D + d
-    lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)
+    lh0 = _log_h0(lv_ptr, lh0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, V0)
     q = tl.zeros((BLOCK_D,), tl.float32)
     if HAS_CARRY:
         _, q = _fold(sum_p_ptr, carry_ptr, q, q, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
@@ -444,14 +449,17 @@ def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, su
         if SUMMARY:
             prod = prod * c
         else:
-            lv = tl.load(lv_ptr + bi * sb_b + (t + 1) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
+            lv = tl.load(lv_ptr + bi * sb_b + (t + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
             hp = tl.load(h_ptr + base + (t - 1) * D, mask=when(t >= 1, dmask), other=1.0).to(tl.float32)
             lh_prev = tl.where(t == 0, lh0, tl.log(hp))
             da = q * _share(lc + lh_prev - lh, h > 0.0)
             db = q * _share(lv.to(tl.float32) - lh, h > 0.0)
-            dv = dlv_ptr + bi * (T + 1) * D + (t + 1) * D + d
-            tl.store(dv, db.to(dlv_ptr.dtype.element_ty), mask=dmask)
-            tl.store(dv - D, da.to(dlv_ptr.dtype.element_ty), mask=when(t == 0, dmask))
+            tl.store(dlv_ptr + bi * (T + V0) * D + (t + V0) * D + d, db.to(dlv_ptr.dtype.element_ty), mask=dmask)
+            # d/dlog h_0 = dlog_a_0: slot 0 of dlog_values (V0 = 1) or dlog_h0
+            if V0 == 1:
+                tl.store(dlv_ptr + bi * (T + 1) * D + d, da.to(dlv_ptr.dtype.element_ty), mask=when(t == 0, dmask))
+            else:
+                tl.store(dh0_ptr + bi * D + d, da.to(dh0_ptr.dtype.element_ty), mask=when(t == 0, dmask))
             tl.store(dlc_ptr + base + t * D, da.to(dlc_ptr.dtype.element_ty), mask=dmask)
         h_next, lc_next = h, lc
     if SUMMARY:
@@ -461,9 +469,9 @@ def _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, su
 
 @triton.jit
 def _log_bwd_kernel(
-    lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, sum_p_ptr,
-    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d,
-    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
+    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+    HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Backward of the log op over this program's chunk, t descending, from q_in = g^ h at
@@ -472,14 +480,15 @@ def _log_bwd_kernel(
     g^ = q_in / h there), which also gathers where it is not exact: growing coefficients,
     decays or log values beyond e^+-LOG_RANGE, states outside e^+-LOG_RANGE; if anything
     was, the chunk again as the bounded recurrence of the shares (module doc), overwriting.
-    SUMMARY: each chunk's (P, q from zero) with q_start = P q_in + q: the carries are q."""
+    SUMMARY: each chunk's (P, q from zero) with q_start = P q_in + q: the carries are q.
+    Rows and log h_0 as in ``_log_fwd_kernel`` (V0); dlog h_0 into dh0 (dlog_values itself at V0 = 1)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     t_lo = ci * CHUNK
     side = (bi * NC + ci) * D + d
     base = bi * T * D + d
-    lh0 = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0).to(tl.float32)  # log h_0
+    lh0 = _log_h0(lv_ptr, lh0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, V0)  # log h_0
     q_in = tl.zeros((BLOCK_D,), tl.float32)
     if HAS_CARRY:  # carried through the summaries (sum_p, carry) of the chunks after this one
         _, q_in = _fold(sum_p_ptr, carry_ptr, q_in, q_in, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
@@ -512,12 +521,12 @@ def _log_bwd_kernel(
             bad = bad | grows
         else:
             lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-            lv = tl.load(lv_ptr + bi * sb_b + (rows + 1)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
+            lv = tl.load(lv_ptr + bi * sb_b + (rows + V0)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
                          other=0.0).to(tl.float32)
             hp = tl.load(h_ptr + off - D, mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
             hp = tl.where((rows == 0)[:, None], tl.exp(lh0)[None, :], hp)  # h_{t-1}
             a, b = tl.exp(lc), tl.exp(lv)
-            _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, ghat * a * hp, ghat * b, D)
+            _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, off, mask, ghat * a * hp, ghat * b, T, D, V0)
             # and decays, log values and the states multiplied by within e^+-LOG_RANGE
             far = (a > 1.0) | (a < 1.0 / LOG_SPAN) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | ~_in_range(hp)
             bad = bad | grows | (mask & far)
@@ -525,20 +534,37 @@ def _log_bwd_kernel(
     # P = prod r_{t+1} = (prod a_{t+1}) h_first / h_after, from logs: prod a alone can underflow
     prod = tl.where(after, tl.exp(tl.sum(lsum, axis=0) + tl.log(h_first) - tl.log(h_after)), 0.0)
     if tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0:
-        _log_bwd_rows(lc_ptr, lv_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, sum_p_ptr, bi, ci, di, T, D, NC,
-                      CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_CARRY, SUMMARY, BLOCK_D)
+        _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
+                      bi, ci, di, T, D, NC, CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
+                      HAS_CARRY, SUMMARY, V0, BLOCK_D)
     elif SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_ptr + side, q, mask=dmask)
 
 
 @triton.jit
-def _log_grads(dlc_ptr, dlv_ptr, bi, rows, off, mask, da, db, D):
-    """Store a tile's dlog_a (into dlog_coeffs) and dlog_b into slot t + 1 of dlog_values; slot
-    0 (log h_0) gets row 0's dlog_a (d/dlog h_0 = q_0 r_0 = dlog_a_0)."""
-    dv_off = off + bi * D + D
-    tl.store(dlv_ptr + dv_off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
-    tl.store(dlv_ptr + dv_off - D, da.to(dlv_ptr.dtype.element_ty), mask=mask & (rows == 0)[:, None])
+def _log_h0(lv_ptr, lh0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, V0: tl.constexpr):
+    """log h_0 (fp32, 0 where masked): slot 0 of lv (V0 = 1; lh0 is None) or lh0 (V0 = 0)."""
+    if V0 == 1:
+        x = tl.load(lv_ptr + bi * sb_b + d * sb_d, mask=dmask, other=0.0)
+    else:
+        x = tl.load(lh0_ptr + bi * sh_b + d * sh_d, mask=dmask, other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, off, mask, da, db, T, D, V0: tl.constexpr):
+    """Store a tile's dlog_a (into dlog_coeffs) and dlog_b into row t + V0 of dlog_values;
+    dlog h_0 gets row 0's dlog_a (d/dlog h_0 = q_0 r_0 = dlog_a_0): slot 0 of dlog_values
+    (V0 = 1; dh0 is None) or dlog_h0 (B, D)."""
+    first = mask & (rows == 0)[:, None]
+    if V0 == 1:
+        dv_off = off + bi * D + D
+        tl.store(dlv_ptr + dv_off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
+        tl.store(dlv_ptr + dv_off - D, da.to(dlv_ptr.dtype.element_ty), mask=first)
+    else:
+        tl.store(dlv_ptr + off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
+        tl.store(dh0_ptr + (off - rows[:, None] * D - bi * T * D + bi * D), da.to(dh0_ptr.dtype.element_ty), mask=first)
     tl.store(dlc_ptr + off, da.to(dlc_ptr.dtype.element_ty), mask=mask)
 
 
@@ -628,8 +654,8 @@ def _forward(a, b, h0, log: bool, write_a: bool):
     meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
                 STAGES=common.stages(log, "fwd"), num_warps=warps)
     if log:
-        common.launch(_log_fwd_kernel, grid, a, b, carry_a, carry_h, out_h, T, D, nc, chunk, B_nc,
-                      *_strides3(a), *_strides3(b), **meta)
+        common.launch(_log_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_h, T, D, nc, chunk, B_nc,
+                      *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
     else:
         common.launch(_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk, B_nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=write_a, **meta)
@@ -662,8 +688,8 @@ def _summaries(a, b, h0, log, nc, chunk, tile):
     meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
                 STAGES=common.stages(log, "fwd"), num_warps=warps)
     if log:
-        common.launch(_log_fwd_kernel, grid, a, b, sum_a, sum_h, None, T, D, nc, chunk, B * nc,
-                      *_strides3(a), *_strides3(b), **meta)
+        common.launch(_log_fwd_kernel, grid, a, b, h0, sum_a, sum_h, None, T, D, nc, chunk, B * nc,
+                      *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
     else:
         common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk, B * nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True, **meta)
@@ -672,13 +698,13 @@ def _summaries(a, b, h0, log, nc, chunk, tile):
 
 def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs (the
-    log op: of log_coeffs and log_values, dh0 None)."""
+    log op: of log_coeffs, log_values and log_h0, None in the slot-0 form)."""
     B, T, D = a.shape
     gh = gh.contiguous()
     ga = ga.contiguous() if ga is not None else None
     da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
-    dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if (h0 is not None and not log) else None
+    dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if h0 is not None else None
     if da.numel() == 0:
         return da, db.zero_(), (dh0.zero_() if dh0 is not None else None)
     block_t, block_d, warps, nc, chunk = _geometry(a, log)
@@ -691,8 +717,9 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     consts = dict(I64=needs_int64(a, b, gh, hout), BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=common.stages(log, "bwd"), num_warps=warps)
     if log:
-        kernel, before, after = _log_bwd_kernel, (a, b, gh, hout), (da, db)
-        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b))
+        kernel, before, after = _log_bwd_kernel, (a, b, h0, gh, hout), (da, db, dh0)
+        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))
+        consts.update(V0=int(h0 is None))
     else:
         kernel, before, after = _bwd_kernel, (a, h0, gh, ga, hout, aout), (da, db, dh0)
         args = (T, D, nc, chunk, B_nc, *_strides3(a), *_h0_strides(h0))
@@ -716,13 +743,14 @@ linear_scan = common.prefix_scan_op(
 )
 
 
-def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
-    return _forward(log_coeffs, log_values, None, log=True, write_a=False)[1]
+def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor]) -> torch.Tensor:
+    return _forward(log_coeffs, log_values, log_h0, log=True, write_a=False)[1]
 
 
-def _log_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, h: torch.Tensor, g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    d_coeffs, d_values, _ = _backward(log_coeffs, log_values, None, g_h, None, h, None, log=True)
-    return d_coeffs, d_values
+def _log_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor], h: torch.Tensor,
+             g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    d_coeffs, d_values, d_h0 = _backward(log_coeffs, log_values, log_h0, g_h, None, h, None, log=True)
+    return d_coeffs, d_values, (d_h0 if d_h0 is not None else log_coeffs.new_empty(0))
 
 
 log_scan_fwd = triton_op("scankit::log_scan_fwd", mutates_args={})(_log_fwd)
@@ -730,27 +758,30 @@ log_scan_bwd = triton_op("scankit::log_scan_bwd", mutates_args={})(_log_bwd)
 
 
 @log_scan_fwd.register_fake
-def _(log_coeffs, log_values):
+def _(log_coeffs, log_values, log_h0):
     return _empty(log_coeffs.shape, log_coeffs)
 
 
 @log_scan_bwd.register_fake
-def _(log_coeffs, log_values, h, g_h):
-    return _empty(log_coeffs.shape, log_coeffs), _empty(log_values.shape, log_values)
+def _(log_coeffs, log_values, log_h0, h, g_h):
+    return (_empty(log_coeffs.shape, log_coeffs), _empty(log_values.shape, log_values),
+            _empty(log_h0.shape if log_h0 is not None else (0,), log_coeffs))
 
 
 _log_bwd_call = common.either(log_scan_bwd, _log_bwd)
 
 
 def _log_setup(ctx, inputs, output):
+    ctx.has_h0 = inputs[2] is not None
     ctx.save_for_backward(*inputs, output)
 
 
 def _log_backward(ctx, g_h):
-    log_coeffs, log_values, h = ctx.saved_tensors
+    log_coeffs, log_values, log_h0, h = ctx.saved_tensors
     if g_h is None:
-        return None, None
-    return _log_bwd_call(log_coeffs, log_values, h, g_h)
+        return None, None, None
+    d_coeffs, d_values, d_h0 = _log_bwd_call(log_coeffs, log_values, log_h0, h, g_h)
+    return d_coeffs, d_values, (d_h0 if ctx.has_h0 else None)
 
 
 log_scan = common.with_autograd(log_scan_fwd, _log_fwd, _log_setup, _log_backward)
