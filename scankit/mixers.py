@@ -295,9 +295,13 @@ class MinGRUBlock(nn.Module):
         self.mixer = _make_mixer(mixer, dim, **mixer_kwargs)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
-    def forward(self, x, h_0=None, delta_t=None):
-        x = x + self.mixer(self.norm1(x), h_0, delta_t)
-        return x + self.mlp(self.norm2(x))
+    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False):
+        """x (B, T, dim) -> (B, T, dim); with ``return_state`` also the mixer's last state h_T
+        (B, dim), the ``h_0`` that continues the sequence (chunked prefill, then ``step``)."""
+        h = self.mixer(self.norm1(x), h_0, delta_t)
+        x = x + h
+        y = x + self.mlp(self.norm2(x))
+        return (y, h[:, -1].clone()) if return_state else y
 
     def step(self, x_t, h=None, delta_t=None):
         """One token: returns (y_t (B, dim), h (B, dim))."""
@@ -316,11 +320,18 @@ class MinGRUStack(nn.Module):
             raise ValueError(f"mixer must be a name or a list of {depth} names; got {len(names)}")
         self.blocks = nn.ModuleList(MinGRUBlock(dim, name, **mixer_kwargs) for name in names)
 
-    def forward(self, x, h_0=None, delta_t=None):
-        """h_0: None or a list of per-layer initial states."""
+    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False):
+        """h_0: None or a list of per-layer initial states; with ``return_state`` also the list
+        of per-layer last states, which ``forward`` (as h_0) or ``step`` continues from."""
+        if h_0 is not None and len(h_0) != len(self.blocks):
+            raise ValueError(f"h_0 must be a list of {len(self.blocks)} per-layer states; got {len(h_0)}")
+        states = []
         for i, block in enumerate(self.blocks):
-            x = block(x, None if h_0 is None else h_0[i], delta_t)
-        return x
+            x = block(x, None if h_0 is None else h_0[i], delta_t, return_state=return_state)
+            if return_state:
+                x, h = x
+                states.append(h)
+        return (x, states) if return_state else x
 
     def step(self, x_t, states=None, delta_t=None):
         """One token: returns (y_t, list of per-layer states)."""

@@ -51,13 +51,29 @@ def _check_h0(h0, ref: torch.Tensor, ref_name: str, expected: tuple, layout: str
     _check_shape("h0", h0, expected, layout)
 
 
-def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None) -> torch.Tensor:
+def _with_final(out, return_final_state: bool):
+    """``out``, and with ``return_final_state`` the last state h_T after it: of the states
+    (``return_prefix=False``, the log op) or of the solution from h_0 = 0 (the prefix form; the
+    total transition is the prefix's last step). A copy, so that keeping h_T (streaming,
+    chunked prefill) does not keep every step's state alive."""
+    if return_final_state is False:
+        return out
+    if return_final_state is not True:
+        raise TypeError(f"return_final_state must be True or False; got {return_final_state!r}")
+    if isinstance(out, tuple):
+        return (*out, out[-1][:, -1].clone())
+    return out, out[:, -1].clone()
+
+
+def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
+                      return_final_state: bool = False):
     """Positive scalar recurrence in log space.
 
     log_coeffs (B,T,D) = log a_t; log_values (B,T+1,D): slot 0 = log h_0, slots 1..T =
     log b_t. Returns h_1..h_T (B,T,D) of ``h_t = a_t h_{t-1} + b_t``. Or, with ``log_h0``
     (B,D) = log h_0, log_values (B,T,D) = log b_1..log b_T: the same recurrence without
-    concatenating h_0 onto the values first (what ``MinGRU`` does).
+    concatenating h_0 onto the values first (what ``MinGRU`` does). ``return_final_state=True``
+    returns ``(h, h_T)`` with h_T (B,D); pass ``log_h0=h_T.log()`` to the next piece.
 
     Range: any finite log inputs, -inf included (a = 0, b = 0, h_0 = 0). The Triton kernel
     carries log h between chunks and redoes a chunk in log space wherever exp() of its
@@ -82,20 +98,23 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
         _check_tensor("log_h0", log_h0, 2, "(B, D)")
         _check_same("log_coeffs", log_coeffs, "log_h0", log_h0)
         _check_shape("log_h0", log_h0, (B, D), "(B, D)")
-    return dispatch.run(
+    return _with_final(dispatch.run(
         "parallel_scan_log",
         log_coeffs.device,
         lambda: reference.parallel_scan_log(log_coeffs, log_values, log_h0),
         lambda k: k.parallel_scan_log(log_coeffs, log_values, log_h0),
-    )
+    ), return_final_state)
 
 
-def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True):
+def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
+                return_final_state: bool = False):
     """Elementwise affine scan ``h_t = a_t h_{t-1} + b_t`` over a, b (B,T,D).
 
     Returns ``(A, Bc)``: the running product of a and the solution from h_0 = 0 (so
     ``h = A * h0 + Bc``); with ``return_prefix=False`` only the states h (B,T,D) from
-    ``h0`` (B,D) (zeros when None).
+    ``h0`` (B,D) (zeros when None). ``return_final_state=True`` appends h_T (B,D): with
+    ``return_prefix=False`` and ``h0``, scanning a sequence in pieces, each from the last
+    piece's h_T, equals one call.
     """
     _check_tensor("a", a, 3, "(B, T, D)")
     _check_time("a", a)
@@ -103,19 +122,20 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     _check_same("a", a, "b", b)
     _check_shape("b", b, a.shape, "(B, T, D) like a")
     _check_h0(h0, a, "a", (a.shape[0], a.shape[2]), "(B, D)", return_prefix)
-    return dispatch.run(
+    return _with_final(dispatch.run(
         "linear_scan",
         a.device,
         lambda: reference.linear_scan(a, b, h0=h0, return_prefix=return_prefix),
         lambda k: k.linear_scan(a, b, h0=h0, return_prefix=return_prefix),
-    )
+    ), return_final_state)
 
 
-def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True):
+def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
+                return_final_state: bool = False):
     """2 x 2 block affine scan: M (B,T,n,2,2), b (B,T,n,2).
 
     Returns ``(A, Bc)`` of shapes (B,T,n,2,2), (B,T,n,2); with ``return_prefix=False``
-    only h (B,T,n,2) from ``h0`` (B,n,2).
+    only h (B,T,n,2) from ``h0`` (B,n,2). ``return_final_state=True`` appends h_T (B,n,2).
     """
     _check_tensor("M", M, 5, "(B, T, n, 2, 2)")
     _check_time("M", M)
@@ -125,19 +145,21 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     _check_same("M", M, "b", b)
     _check_shape("b", b, M.shape[:3] + (2,), "(B, T, n, 2)")
     _check_h0(h0, M, "M", (M.shape[0], M.shape[2], 2), "(B, n, 2)", return_prefix)
-    return dispatch.run(
+    return _with_final(dispatch.run(
         "matrix_scan",
         M.device,
         lambda: reference.matrix_scan(M, b, h0=h0, return_prefix=return_prefix),
         lambda k: k.matrix_scan(M, b, h0=h0, return_prefix=return_prefix),
-    )
+    ), return_final_state)
 
 
-def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True):
+def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
+                       return_final_state: bool = False):
     """k x k block affine scan: A (B,T,n,k,k), B (B,T,n,k,v).
 
     Returns ``(Abar, Bbar)`` with ``Abar_t = A_t Abar_{t-1}``, ``Bbar_t = A_t Bbar_{t-1} + B_t``;
     with ``return_prefix=False`` only h (B,T,n,k,v) from ``h0`` (B,n,k,v).
+    ``return_final_state=True`` appends h_T (B,n,k,v).
     """
     _check_tensor("A", A, 5, "(B, T, n, k, k)")
     _check_time("A", A)
@@ -148,9 +170,9 @@ def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_pref
     if tuple(B.shape[:4]) != tuple(A.shape[:4]) or B.shape[4] < 1:
         raise ValueError(f"B must have shape (B, T, n, k, v) = {tuple(A.shape[:4])} + (v,); got {tuple(B.shape)}")
     _check_h0(h0, A, "A", (A.shape[0], A.shape[2], A.shape[3], B.shape[4]), "(B, n, k, v)", return_prefix)
-    return dispatch.run(
+    return _with_final(dispatch.run(
         "matrix_affine_scan",
         A.device,
         lambda: reference.matrix_affine_scan(A, B, h0=h0, return_prefix=return_prefix),
         lambda k: k.matrix_affine_scan(A, B, h0=h0, return_prefix=return_prefix),
-    )
+    ), return_final_state)

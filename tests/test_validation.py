@@ -25,6 +25,8 @@ CASES = [
      ["log_h0", "float32", "float64"]),
     (lambda: scankit.parallel_scan_log(f(2, 5, 3), f(2, 5, 3), log_h0=1.0), TypeError, ["log_h0", "float"]),
     (lambda: scankit.parallel_scan_log(f(2, 5, 3), f(2, 5, 3)), ValueError, ["log_values", "T+1", "or pass log_h0="]),
+    (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3), return_final_state=1), TypeError,
+     ["return_final_state", "True or False", "1"]),
     (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 4)), ValueError, ["b", "(2, 5, 3)", "(2, 5, 4)"]),
     (lambda: scankit.linear_scan(f(2, 5, 3), f(2, 5, 3).half()), TypeError, ["b", "float16"]),
     (lambda: scankit.linear_scan(f(2, 0, 3), f(2, 0, 3)), ValueError, ["a", "T >= 1"]),
