@@ -65,8 +65,37 @@ def _with_final(out, return_final_state: bool):
     return out, out[:, -1].clone()
 
 
+def _along_dim(dim, op, time_inputs: tuple, kwargs: dict):
+    """``op`` (time at dim 1) along ``dim`` of the inputs: an index into the first input's
+    leading three dims (batch, time, channels / blocks), negative counted on its dims. The
+    inputs go in as views with that dim moved to 1 (the kernels read any strides), the outputs
+    come back as views with time where it came from; h0 and the final state have no time dim."""
+    if dim == 1 and type(dim) is int:
+        return op(*time_inputs, **kwargs)
+    if type(dim) is not int:
+        raise TypeError(f"dim must be an int; got {type(dim).__name__}")
+    first = time_inputs[0]
+    if not isinstance(first, torch.Tensor):
+        return op(*time_inputs, **kwargs)  # the op's own check names the argument
+    d = dim + first.dim() if dim < 0 else dim
+    if not 0 <= d <= 2:
+        raise ValueError(f"dim must pick one of the first three dims (batch, time, channels) of the "
+                         f"{first.dim()}-D input {tuple(first.shape)}; got dim={dim}")
+    moved = [x.movedim(d, 1) if isinstance(x, torch.Tensor) and x.dim() > 2 else x for x in time_inputs]
+    try:
+        out = op(*moved, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{exc} (the shapes with dim={dim} moved to 1)") from None
+    back = lambda x: x.movedim(1, d)  # noqa: E731
+    if not isinstance(out, tuple):
+        return back(out)
+    if kwargs.get("return_final_state") is True:
+        return (*map(back, out[:-1]), out[-1])
+    return tuple(map(back, out))
+
+
 def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
-                      return_final_state: bool = False):
+                      return_final_state: bool = False, dim: int = 1):
     """Positive scalar recurrence in log space.
 
     log_coeffs (B,T,D) = log a_t; log_values (B,T+1,D): slot 0 = log h_0, slots 1..T =
@@ -74,6 +103,7 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     (B,D) = log h_0, log_values (B,T,D) = log b_1..log b_T: the same recurrence without
     concatenating h_0 onto the values first (what ``MinGRU`` does). ``return_final_state=True``
     returns ``(h, h_T)`` with h_T (B,D); pass ``log_h0=h_T.log()`` to the next piece.
+    ``dim``: the time dim (default 1; ``dim=-1`` scans (B, D, T) inputs in place, outputs alike).
 
     Range: any finite log inputs, -inf included (a = 0, b = 0, h_0 = 0). The Triton kernel
     carries log h between chunks and redoes a chunk in log space wherever exp() of its
@@ -84,6 +114,12 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     16384 on minGRU-like inputs, where the kernel stays near 1e-7) because it subtracts a
     running sum of log_coeffs that grows with T; give it float64 inputs for long sequences.
     """
+    return _along_dim(dim, _parallel_scan_log, (log_coeffs, log_values),
+                      dict(log_h0=log_h0, return_final_state=return_final_state))
+
+
+def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
+                       return_final_state: bool = False):
     _check_tensor("log_coeffs", log_coeffs, 3, "(B, T, D)")
     _check_time("log_coeffs", log_coeffs)
     B, T, D = log_coeffs.shape
@@ -107,15 +143,21 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                return_final_state: bool = False):
+                return_final_state: bool = False, dim: int = 1):
     """Elementwise affine scan ``h_t = a_t h_{t-1} + b_t`` over a, b (B,T,D).
 
     Returns ``(A, Bc)``: the running product of a and the solution from h_0 = 0 (so
     ``h = A * h0 + Bc``); with ``return_prefix=False`` only the states h (B,T,D) from
     ``h0`` (B,D) (zeros when None). ``return_final_state=True`` appends h_T (B,D): with
     ``return_prefix=False`` and ``h0``, scanning a sequence in pieces, each from the last
-    piece's h_T, equals one call.
+    piece's h_T, equals one call. ``dim``: the time dim (default 1; ``dim=-1`` for (B, D, T)).
     """
+    return _along_dim(dim, _linear_scan, (a, b),
+                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
+
+
+def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
+                 return_final_state: bool = False):
     _check_tensor("a", a, 3, "(B, T, D)")
     _check_time("a", a)
     _check_tensor("b", b, 3, "(B, T, D)")
@@ -131,12 +173,19 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
 
 
 def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                return_final_state: bool = False):
+                return_final_state: bool = False, dim: int = 1):
     """2 x 2 block affine scan: M (B,T,n,2,2), b (B,T,n,2).
 
     Returns ``(A, Bc)`` of shapes (B,T,n,2,2), (B,T,n,2); with ``return_prefix=False``
     only h (B,T,n,2) from ``h0`` (B,n,2). ``return_final_state=True`` appends h_T (B,n,2).
+    ``dim``: the time dim among the first three (default 1).
     """
+    return _along_dim(dim, _matrix_scan, (M, b),
+                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
+
+
+def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
+                 return_final_state: bool = False):
     _check_tensor("M", M, 5, "(B, T, n, 2, 2)")
     _check_time("M", M)
     if M.shape[-2:] != (2, 2):
@@ -154,13 +203,19 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
 
 
 def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                       return_final_state: bool = False):
+                       return_final_state: bool = False, dim: int = 1):
     """k x k block affine scan: A (B,T,n,k,k), B (B,T,n,k,v).
 
     Returns ``(Abar, Bbar)`` with ``Abar_t = A_t Abar_{t-1}``, ``Bbar_t = A_t Bbar_{t-1} + B_t``;
     with ``return_prefix=False`` only h (B,T,n,k,v) from ``h0`` (B,n,k,v).
-    ``return_final_state=True`` appends h_T (B,n,k,v).
+    ``return_final_state=True`` appends h_T (B,n,k,v). ``dim``: the time dim among the first three.
     """
+    return _along_dim(dim, _matrix_affine_scan, (A, B),
+                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
+
+
+def _matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
+                        return_final_state: bool = False):
     _check_tensor("A", A, 5, "(B, T, n, k, k)")
     _check_time("A", A)
     if A.shape[-1] != A.shape[-2] or A.shape[-1] < 1:

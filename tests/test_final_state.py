@@ -133,3 +133,42 @@ def test_stack_returns_the_states_that_continue_it(scan_mode, seed):
     torch.testing.assert_close(y, whole[:, 16])
     with pytest.raises(ValueError, match="h_0 must be a list of 3 per-layer states; got 2"):
         stack(x, states_[:2])
+
+
+LAYOUTS = {"parallel_scan_log": 3, "linear_scan": 3, "matrix_scan": 5, "matrix_affine_scan": 5}
+
+
+@pytest.mark.parametrize("dim", [0, 2, -1])
+@pytest.mark.parametrize("op", OPS_)
+def test_any_time_dim_equals_moving_it_to_1(op, dim, mode, seed):
+    """``dim=``: inputs with time elsewhere (time-major, (B, D, T)) give the dim-1 call's
+    outputs with time moved the same way, grads included; no copy of the inputs is needed."""
+    if dim == -1 and LAYOUTS[op] == 5:
+        pytest.skip("dim -1 of a block op is a block dim (its own test)")
+    g = torch.Generator().manual_seed(seed)
+    xs, h0 = _inputs(op, 2, 13, g, DTYPE[mode])
+    d = dim % LAYOUTS[op]
+    moved = [x.to(DEVICE).movedim(1, d).contiguous().requires_grad_() for x in xs]   # time at d in memory
+    h0 = h0.to(DEVICE)
+    h, last = _call(op, moved, h0, return_final_state=True, dim=dim)
+    ref_in = [x.detach().movedim(d, 1).requires_grad_() for x in moved]
+    ref_h, ref_last = _call(op, ref_in, h0, return_final_state=True)
+    torch.testing.assert_close(h, ref_h.movedim(1, d))
+    torch.testing.assert_close(last, ref_last)
+    w = torch.randn(h.shape, generator=g, dtype=torch.float64).to(h)
+    for got, want in zip(torch.autograd.grad((h * w).sum(), moved),
+                         torch.autograd.grad((ref_h * w.movedim(d, 1)).sum(), ref_in)):
+        torch.testing.assert_close(got, want.movedim(1, d))
+
+
+def test_bad_dim_is_named(scan_mode):
+    scan_mode("eager")
+    a = torch.rand(2, 3, 4)
+    with pytest.raises(ValueError, match=r"dim must pick one of the first three dims .* \(2, 3, 4\); got dim=3"):
+        scankit.linear_scan(a, a, dim=3)
+    with pytest.raises(ValueError, match=r"dim=-1"):
+        scankit.matrix_scan(torch.rand(2, 3, 4, 2, 2), torch.rand(2, 3, 4, 2), dim=-1)
+    with pytest.raises(TypeError, match="dim must be an int; got float"):
+        scankit.linear_scan(a, a, dim=1.0)
+    with pytest.raises(ValueError, match=r"b must have shape .*\(the shapes with dim=2 moved to 1\)"):
+        scankit.linear_scan(a, torch.rand(2, 3, 5), dim=2)
