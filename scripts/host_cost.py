@@ -1,6 +1,6 @@
 """Host time per call of each scan op, split into scankit's own Python and Triton's launches.
 
-    python scripts/host_cost.py [--shape lab] [--calls 2000] [--json OUT]
+    python scripts/host_cost.py [--shape lab] [--calls 2000] [--graphs] [--json OUT]
 
 Each op (the benchmark registry's cells: triton impl, fwd and fwd+bwd) is called back to back
 and timed on the wall clock; then the kernel launches of one call are recorded (kernel, grid,
@@ -13,6 +13,10 @@ GPU is kept fed, the host is what is measured). Without one, Triton compiles eac
 sm_90 (scripts/compile_for_gpu.py's target) and the replay stops before the launch, so the
 Triton column is the binder and its cache lookup, not the driver's launch; nothing runs, so
 fwd+bwd's backward is left out there (autograd would run it on the CPU).
+
+``--graphs`` (GPU only) also times each cell as a ``torch.compile(mode="reduce-overhead")``
+function (inductor, CUDA graphs, shapes fixed) after its recording: what a user whose shapes
+do not change can have instead of the eager call (compiles take ~10-20 s a cell).
 """
 import argparse
 import json
@@ -67,14 +71,29 @@ def _recorded_launches(fn) -> list:
     return launches
 
 
+def _graphed(op_name: str, direction: str, xs):
+    """The cell as a reduce-overhead compiled function, recorded (three calls) before timing."""
+    from benchmarks.harness import measure
+    from benchmarks.harness.cases import OPS
+
+    compiled = torch.compile(OPS[op_name].fn, mode="reduce-overhead", fullgraph=True)
+    fn = measure.callable_workload(compiled, xs, direction)
+    for _ in range(3):
+        fn()
+    return fn
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="lab", help="a registry shape (benchmarks.harness.grid.SHAPES)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed block")
+    parser.add_argument("--graphs", action="store_true", help="also time torch.compile(mode='reduce-overhead')")
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args(argv)
 
     on_gpu = torch.cuda.is_available()
+    if args.graphs and not on_gpu:
+        parser.error("--graphs needs a GPU (CUDA graphs)")
     if not on_gpu:
         import compile_for_gpu
 
@@ -112,6 +131,8 @@ def main(argv=None) -> int:
             triton_us = _per_call_us(replay, args.calls)
             rows.append(dict(op=op_name, direction=direction, launches=len(launches), total_us=round(total, 1),
                              triton_us=round(triton_us, 1), scankit_us=round(total - triton_us, 1)))
+            if args.graphs and on_gpu:
+                rows[-1]["graphs_us"] = round(_per_call_us(_graphed(op_name, direction, xs), args.calls), 1)
             print(*rows[-1].values(), flush=True)
     where = torch.cuda.get_device_name() if on_gpu else "CPU (sm_90 compiled, not launched)"
     print(f"\nhost time per call at {args.shape}, {where}, median of 5 blocks of {args.calls} calls")
