@@ -1,0 +1,134 @@
+"""One registry of tasks and their configurations, the task model, and its training run.
+
+A run trains ``TaskModel`` (an input embedding, a ``MinGRUStack`` of one mixer kind, a linear
+head) on a task's training set for a fixed step budget and scores it on a held-out set drawn
+with another seed: accuracy at the scored positions (classification) or R^2 of the targets
+(the pendulum). A run "fits" when its score reaches the task's threshold.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import scankit
+
+from . import data
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    make: Callable[[int, dict, int], data.Batch]   # (examples, config, seed) -> Batch; digits ignore n
+    vocab: int          # token ids (0: the inputs are features)
+    features: int       # input features per step (0: tokens)
+    outputs: int        # classes, or regression targets
+    regression: bool
+    threshold: float    # accuracy or R^2 that counts as fitted
+    uses_dt: bool = False
+    # "tiny" (CI, CPU, seconds) and "full" (one GPU); each names its "chance": what guessing scores
+    configs: dict = field(default_factory=dict)
+
+
+TASKS = {
+    "s5": Task("s5", lambda n, c, seed: data.s5(n, c["length"], seed, c["k"]), vocab=120, features=0, outputs=120,
+               regression=False, threshold=0.9,
+               configs={"tiny": dict(k=3, length=8, train=2048, test=512, steps=300, batch=64, dim=32, depth=1,
+                                     chance=1 / 6),
+                        "full": dict(k=5, length=64, train=20000, test=2000, steps=3000, batch=128, dim=128,
+                                     depth=2, chance=1 / 120)}),
+    "mqar": Task("mqar", lambda n, c, seed: data.mqar(n, c["pairs"], c["pairs"], c["keys"], c["values"], seed),
+                 vocab=64, features=0, outputs=64, regression=False, threshold=0.9,
+                 configs={"tiny": dict(pairs=4, keys=8, values=8, train=4096, test=512, steps=300, batch=64, dim=48,
+                                       depth=1, chance=1 / 8),
+                          "full": dict(pairs=16, keys=32, values=32, train=20000, test=2000, steps=3000, batch=128,
+                                       dim=128, depth=2, chance=1 / 32)}),
+    "pendulum": Task("pendulum", lambda n, c, seed: data.pendulum(n, c["length"], seed), vocab=0, features=2,
+                     outputs=2, regression=True, threshold=0.9, uses_dt=True,
+                     configs={"tiny": dict(length=32, train=512, test=128, steps=150, batch=32, dim=32, depth=1,
+                                           chance=0.0),
+                              "full": dict(length=256, train=4096, test=512, steps=2000, batch=64, dim=128, depth=2,
+                                           chance=0.0)}),
+    "digits": Task("digits", lambda n, c, seed: data.digits(seed, c["split"]), vocab=0, features=1, outputs=10,
+                   regression=False, threshold=0.9,
+                   configs={"tiny": dict(steps=200, batch=64, dim=32, depth=1, chance=0.1),
+                            "full": dict(steps=3000, batch=64, dim=128, depth=2, chance=0.1)}),
+}
+MIXERS = ("mingru", "signed", "rotation", "givens")
+
+
+class TaskModel(nn.Module):
+    def __init__(self, task: Task, mixer: str, dim: int, depth: int, decay: bool):
+        super().__init__()
+        self.embed = nn.Embedding(task.vocab, dim) if task.vocab else nn.Linear(task.features, dim)
+        self.stack = scankit.MinGRUStack(dim, depth, mixer=mixer, decay=decay)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, task.outputs)
+
+    def forward(self, x, delta_t=None):
+        return self.head(self.norm(self.stack(self.embed(x), delta_t=delta_t)))
+
+
+def _split(task: Task, cfg: dict, seed: int):
+    if task.name == "digits":
+        return task.make(0, dict(cfg, split="train"), seed), task.make(0, dict(cfg, split="test"), seed)
+    return task.make(cfg["train"], cfg, seed), task.make(cfg["test"], cfg, seed + 10_000)
+
+
+def _loss(task: Task, out, batch: data.Batch, scale):
+    m = batch.mask
+    if task.regression:
+        return F.mse_loss(out[m] / scale, batch.targets[m] / scale)
+    return F.cross_entropy(out[m], batch.targets[m])
+
+
+@torch.no_grad()
+def score(task: Task, model: TaskModel, batch: data.Batch, device) -> float:
+    """Accuracy at the scored positions, or R^2 averaged over the regression targets."""
+    model.eval()
+    out = model(batch.inputs.to(device), None if batch.delta_t is None else batch.delta_t.to(device)).cpu()
+    model.train()
+    m = batch.mask
+    if not task.regression:
+        return (out[m].argmax(-1) == batch.targets[m]).float().mean().item()
+    y, p = batch.targets[m], out[m]
+    return (1 - ((y - p) ** 2).mean(0) / y.var(0, unbiased=False)).mean().item()
+
+
+def run(task_name: str, mixer: str, seed: int, config: str = "tiny", decay: bool = False, device="cpu") -> dict:
+    """Train one model; the result row (score, fitted, step time, what ran)."""
+    task = TASKS[task_name]
+    cfg = task.configs[config]
+    train, test = _split(task, cfg, seed)
+    torch.manual_seed(seed)
+    model = TaskModel(task, mixer, cfg["dim"], cfg["depth"], decay).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=cfg["steps"], pct_start=0.1)
+    scale = train.targets[train.mask].std(0).to(device) if task.regression else None
+    g = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    for _ in range(cfg["steps"]):
+        b = _to(train.take(torch.randint(0, len(train), (cfg["batch"],), generator=g)), device)
+        loss = _loss(task, model(b.inputs, b.delta_t if decay else None), b, scale)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    test_dt = test if decay else data.Batch(test.inputs, test.targets, test.mask, None)
+    value = score(task, model, test_dt, device)
+    return dict(task=task_name, mixer=mixer, decay=decay, seed=seed, config=config,
+                metric="r2" if task.regression else "accuracy", score=round(value, 4),
+                fitted=value >= task.threshold, threshold=task.threshold, chance=round(cfg["chance"], 4),
+                steps=cfg["steps"], ms_per_step=round(1e3 * seconds / cfg["steps"], 3), device=str(device))
+
+
+def _to(b: data.Batch, device) -> data.Batch:
+    return data.Batch(b.inputs.to(device), b.targets.to(device), b.mask.to(device),
+                      None if b.delta_t is None else b.delta_t.to(device))

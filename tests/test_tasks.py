@@ -1,0 +1,106 @@
+"""The task-validation page's tasks: generators checked against independent computations,
+and the tiny CPU configuration of each task learns (scores well above chance)."""
+import itertools
+import json
+import math
+
+import pytest
+import torch
+
+from tasks import data, run, train
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_group_words_are_running_products(k, seed):
+    b = data.s5(64, 13, seed, k)
+    perms = list(itertools.permutations(range(k)))
+    for n in range(0, 64, 7):
+        state = tuple(range(k))
+        for t in range(13):
+            x = perms[b.inputs[n, t]]
+            state = tuple(x[state[e]] for e in range(k))   # x o state: apply state, then x
+            assert perms[b.targets[n, t]] == state
+    assert b.mask.all() and b.inputs.max() < math.factorial(k)
+    assert torch.equal(b.inputs, data.s5(64, 13, seed, k).inputs) and not torch.equal(b.inputs, data.s5(64, 13, seed + 1, k).inputs)
+
+
+def test_mqar_queries_are_answered_with_their_keys_values(seed):
+    pairs, queries, keys, values = 5, 7, 9, 6
+    b = data.mqar(50, pairs, queries, keys, values, seed)
+    assert b.inputs.shape == (50, 2 * pairs + queries)
+    for n in range(50):
+        ks, vs = b.inputs[n, 0:2 * pairs:2].tolist(), b.inputs[n, 1:2 * pairs:2].tolist()
+        assert len(set(ks)) == pairs and all(0 <= k < keys for k in ks) and all(keys <= v < keys + values for v in vs)
+        for t in range(2 * pairs, 2 * pairs + queries):
+            assert b.mask[n, t] and b.targets[n, t] == vs[ks.index(b.inputs[n, t].item())]
+        assert not b.mask[n, :2 * pairs].any()
+    with pytest.raises(ValueError, match="pairs <= keys"):
+        data.mqar(2, 5, 1, 4, 4, seed)
+
+
+def test_pendulum_follows_its_equation(seed):
+    b = data.pendulum(16, 40, seed, noise=0.0)
+    theta, omega = b.targets[..., 0].double(), b.targets[..., 1].double()
+    assert torch.equal(b.inputs[..., 0], b.targets[..., 0]) and torch.equal(b.inputs[..., 1], b.delta_t)
+    assert (b.delta_t >= 1e-3).all() and (b.delta_t <= 1.0).all() and b.delta_t.std() > 0  # irregular
+    # energy E = omega^2 / 2 + g/L (1 - cos theta) never grows (damping), up to RK4's error
+    energy = omega ** 2 / 2 + 9.81 * (1 - torch.cos(theta))
+    assert (energy[:, 1:] <= energy[:, :-1] * (1 + 1e-6) + 1e-9).all()
+    # short gaps: theta's difference quotient is the mean angular velocity over the gap
+    dt = b.delta_t[:, 1:].double()
+    short = dt < 0.02
+    if short.any():
+        quot = (theta[:, 1:] - theta[:, :-1]) / dt
+        mid = (omega[:, 1:] + omega[:, :-1]) / 2
+        torch.testing.assert_close(quot[short], mid[short], atol=0.05, rtol=0.02)
+
+
+def test_digits_are_a_fixed_permutation_and_a_disjoint_split():
+    pytest.importorskip("sklearn")
+    tr, te = data.digits(0, "train"), data.digits(0, "test")
+    assert tr.inputs.shape == (1437, 64, 1) and te.inputs.shape == (360, 64, 1)
+    assert tr.mask[:, -1].all() and not tr.mask[:, :-1].any() and set(tr.targets[:, -1].tolist()) == set(range(10))
+    rows = {tuple(x.flatten().tolist()) for x in tr.inputs}
+    assert sum(tuple(x.flatten().tolist()) in rows for x in te.inputs) < 10  # (a few duplicate images exist)
+    assert 0.0 <= tr.inputs.min() and tr.inputs.max() <= 1.0
+
+
+# one mixer per task in CI (the whole tiny grid: python -m tasks.run --config tiny, ~2 minutes)
+LEARNS = [("s5", "givens", False, 0.8), ("mqar", "rotation", False, None), ("pendulum", "mingru", True, 0.5),
+          ("digits", "rotation", False, None)]
+
+
+@pytest.mark.parametrize("task,mixer,decay,at_least", LEARNS, ids=[x[0] for x in LEARNS])
+def test_tiny_configuration_learns(task, mixer, decay, at_least, scan_mode):
+    if task == "digits":
+        pytest.importorskip("sklearn")
+    scan_mode("auto")
+    r = train.run(task, mixer, seed=0, config="tiny", decay=decay)
+    floor = at_least if at_least is not None else 2 * r["chance"]
+    assert r["score"] >= floor > r["chance"], r
+    assert r["fitted"] == (r["score"] >= r["threshold"]) and r["ms_per_step"] > 0
+
+
+def test_runner_writes_every_row_and_the_fit_rates(tmp_path, scan_mode):
+    scan_mode("auto")
+    out = tmp_path / "rows.json"
+    assert run.main(["--config", "tiny", "--tasks", "pendulum", "--mixers", "signed", "--seeds", "1",
+                     "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["task"], r["mixer"], r["decay"]) for r in rows] == [("pendulum", "signed", False),
+                                                                   ("pendulum", "signed", True)]
+    text = run.summary(rows)
+    assert "signed +decay" in text and "fit" in text
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_committed_task_page_is_the_rendering_of_its_rows():
+    from pathlib import Path
+
+    from tasks import render
+
+    root = Path(__file__).resolve().parents[1]
+    src = root / "experiments" / "tasks" / "tiny-cpu.json"
+    rows = json.loads(src.read_text())
+    assert rows and {r["task"] for r in rows} == set(train.TASKS) and {r["mixer"] for r in rows} == set(train.MIXERS)
+    assert src.with_suffix(".md").read_text() == render.render(rows, "experiments/tasks/tiny-cpu.json")
