@@ -1,6 +1,8 @@
 """Public scan ops: validate the inputs, then dispatch to the eager reference or the kernel."""
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from . import dispatch, reference
@@ -72,8 +74,9 @@ def _along_dim(dim, op, time_inputs: tuple, kwargs: dict):
     come back as views with time where it came from; h0 and the final state have no time dim."""
     if dim == 1 and type(dim) is int:
         return op(*time_inputs, **kwargs)
-    if type(dim) is not int:
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
         raise TypeError(f"dim must be an int; got {type(dim).__name__}")
+    dim = operator.index(dim)  # numpy and 0-d integer tensors too
     first = time_inputs[0]
     if not isinstance(first, torch.Tensor):
         return op(*time_inputs, **kwargs)  # the op's own check names the argument

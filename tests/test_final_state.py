@@ -172,3 +172,15 @@ def test_bad_dim_is_named(scan_mode):
         scankit.linear_scan(a, a, dim=1.0)
     with pytest.raises(ValueError, match=r"b must have shape .*\(the shapes with dim=2 moved to 1\)"):
         scankit.linear_scan(a, torch.rand(2, 3, 5), dim=2)
+
+
+def test_dim_takes_any_integer_but_not_a_bool(scan_mode):
+    import numpy as np
+
+    scan_mode("eager")
+    a = torch.rand(2, 4, 3)
+    want = scankit.linear_scan(a, a, dim=2)
+    for dim in (np.int64(2), torch.tensor(-1), 2):
+        assert all(torch.equal(x, y) for x, y in zip(scankit.linear_scan(a, a, dim=dim), want))
+    with pytest.raises(TypeError, match="dim must be an int; got bool"):
+        scankit.linear_scan(a, a, dim=True)
