@@ -65,13 +65,23 @@ def test_digits_are_a_fixed_permutation_and_a_disjoint_split():
     assert 0.0 <= tr.inputs.min() and tr.inputs.max() <= 1.0
 
 
+@pytest.fixture
+def one_thread():
+    """Training runs on one intra-op thread: under pytest-xdist every worker would otherwise
+    start a thread per core (4 workers x all cores: a tiny run took 4x its serial time)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # one mixer per task in CI (the whole tiny grid: python -m tasks.run --config tiny, ~2 minutes)
 LEARNS = [("s5", "givens", False, 0.8), ("mqar", "rotation", False, None), ("pendulum", "mingru", True, 0.5),
           ("digits", "rotation", False, None)]
 
 
 @pytest.mark.parametrize("task,mixer,decay,at_least", LEARNS, ids=[x[0] for x in LEARNS])
-def test_tiny_configuration_learns(task, mixer, decay, at_least, scan_mode):
+def test_tiny_configuration_learns(task, mixer, decay, at_least, scan_mode, one_thread):
     if task == "digits":
         pytest.importorskip("sklearn")
     scan_mode("auto")
@@ -81,7 +91,7 @@ def test_tiny_configuration_learns(task, mixer, decay, at_least, scan_mode):
     assert r["fitted"] == (r["score"] >= r["threshold"]) and r["ms_per_step"] > 0
 
 
-def test_runner_writes_every_row_and_the_fit_rates(tmp_path, scan_mode):
+def test_runner_writes_every_row_and_the_fit_rates(tmp_path, scan_mode, one_thread):
     scan_mode("auto")
     out = tmp_path / "rows.json"
     assert run.main(["--config", "tiny", "--tasks", "pendulum", "--mixers", "signed", "--seeds", "1",
