@@ -55,20 +55,11 @@ def _per_call_us(fn, calls: int) -> float:
 
 def _recorded_launches(fn) -> list:
     """(kernel, grid, args, meta) of each launch one call of ``fn`` makes."""
-    from scankit.triton import common
+    from benchmarks.harness.launches import Launches
 
-    launches, launch = [], common.launch
-
-    def record(kernel, grid, *args, **meta):
-        launches.append((kernel, grid, args, dict(meta)))
-        return launch(kernel, grid, *args, **meta)
-
-    common.launch = record
-    try:
+    with Launches(record=True) as seen:
         fn()
-    finally:
-        common.launch = launch
-    return launches
+    return seen.calls
 
 
 def _graphed(op_name: str, direction: str, xs):

@@ -87,10 +87,12 @@ def _loss(task: Task, out, batch: data.Batch, scale):
 
 
 @torch.no_grad()
-def score(task: Task, model: TaskModel, batch: data.Batch, device) -> float:
-    """Accuracy at the scored positions, or R^2 averaged over the regression targets."""
+def score(task: Task, model: TaskModel, batch: data.Batch, device, decay: bool) -> float:
+    """Accuracy at the scored positions, or R^2 averaged over the regression targets; the
+    model sees the time steps only if it was built with decay."""
     model.eval()
-    out = model(batch.inputs.to(device), None if batch.delta_t is None else batch.delta_t.to(device)).cpu()
+    b = _to(batch, device)
+    out = model(b.inputs, b.delta_t if decay else None).cpu()
     model.train()
     m = batch.mask
     if not task.regression:
@@ -121,8 +123,7 @@ def run(task_name: str, mixer: str, seed: int, config: str = "tiny", decay: bool
     if device != "cpu":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    test_dt = test if decay else data.Batch(test.inputs, test.targets, test.mask, None)
-    value = score(task, model, test_dt, device)
+    value = score(task, model, test, device, decay)
     return dict(task=task_name, mixer=mixer, decay=decay, seed=seed, config=config,
                 metric="r2" if task.regression else "accuracy", score=round(value, 4),
                 fitted=value >= task.threshold, threshold=task.threshold, chance=round(cfg["chance"], 4),

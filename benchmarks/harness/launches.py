@@ -6,8 +6,6 @@ kernels a torch.profiler trace of the call shows (``measure.gpu_launches``, the 
 count there)."""
 from __future__ import annotations
 
-import contextlib
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # ops that allocate or re-describe memory without running a kernel
@@ -17,12 +15,14 @@ _FREE = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided
 
 
 class Launches(TorchDispatchMode):
-    """``with Launches() as n: fn()``; then ``n.kernels`` (Triton kernel names) and ``n.glue``
-    (torch ops that launch), ``n.total``."""
+    """``with Launches() as n: fn()``; then ``n.kernels`` (Triton kernel names), ``n.glue``
+    (torch ops that launch), ``n.total``; with ``record=True`` also ``n.calls``, each launch's
+    (kernel, grid, args, meta) to replay. Off by default: holding the arguments keeps their
+    tensors referenced, and autograd then copies a gradient it would otherwise take over."""
 
-    def __init__(self):
+    def __init__(self, record: bool = False):
         super().__init__()
-        self.kernels, self.glue, self._inside = [], [], 0
+        self.kernels, self.calls, self.glue, self._inside, self._record = [], [], [], 0, record
 
     @property
     def total(self) -> int:
@@ -41,19 +41,21 @@ class Launches(TorchDispatchMode):
 
         def counted(kernel, grid, *args, **meta):
             counter.kernels.append(kernel.fn.__name__)
+            if counter._record:
+                counter.calls.append((kernel, grid, args, dict(meta)))
             counter._inside += 1
             try:
                 return launch(kernel, grid, *args, **meta)
             finally:
                 counter._inside -= 1
 
-        self._restore = contextlib.ExitStack()
-        common.launch = counted
-        self._restore.callback(setattr, common, "launch", launch)
+        self._launch, common.launch = launch, counted
         return super().__enter__()
 
     def __exit__(self, *exc):
+        from scankit.triton import common
+
         try:
             return super().__exit__(*exc)
         finally:
-            self._restore.close()
+            common.launch = self._launch

@@ -111,7 +111,7 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
     try:
         cell["launches"] = measure.gpu_launches(fn)
     except Exception as exc:  # the profiler is optional to the timing: n/a, and why, not a failed cell
-        print(f"launches of {op_name} {shape} {impl} {direction}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        note(f"launches of {op_name} {shape} {impl} {direction}: {type(exc).__name__}: {exc}")
         cell["launches"] = None
     del xs, fn
     torch.cuda.empty_cache()

@@ -455,11 +455,7 @@ def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dl
             da = q * _share(lc + lh_prev - lh, h > 0.0)
             db = q * _share(lv.to(tl.float32) - lh, h > 0.0)
             tl.store(dlv_ptr + bi * (T + V0) * D + (t + V0) * D + d, db.to(dlv_ptr.dtype.element_ty), mask=dmask)
-            # d/dlog h_0 = dlog_a_0: slot 0 of dlog_values (V0 = 1) or dlog_h0
-            if V0 == 1:
-                tl.store(dlv_ptr + bi * (T + 1) * D + d, da.to(dlv_ptr.dtype.element_ty), mask=when(t == 0, dmask))
-            else:
-                tl.store(dh0_ptr + bi * D + d, da.to(dh0_ptr.dtype.element_ty), mask=when(t == 0, dmask))
+            _store_dlog_h0(dlv_ptr, dh0_ptr, bi, d, da, when(t == 0, dmask), T, D, V0)
             tl.store(dlc_ptr + base + t * D, da.to(dlc_ptr.dtype.element_ty), mask=dmask)
         h_next, lc_next = h, lc
     if SUMMARY:
@@ -553,18 +549,22 @@ def _log_h0(lv_ptr, lh0_ptr, bi, d, dmask, sb_b, sb_d, sh_b, sh_d, V0: tl.conste
 
 
 @triton.jit
-def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, off, mask, da, db, T, D, V0: tl.constexpr):
-    """Store a tile's dlog_a (into dlog_coeffs) and dlog_b into row t + V0 of dlog_values;
-    dlog h_0 gets row 0's dlog_a (d/dlog h_0 = q_0 r_0 = dlog_a_0): slot 0 of dlog_values
-    (V0 = 1; dh0 is None) or dlog_h0 (B, D)."""
-    first = mask & (rows == 0)[:, None]
+def _store_dlog_h0(dlv_ptr, dh0_ptr, bi, col, da, mask, T, D, V0: tl.constexpr):
+    """d/dlog h_0 = dlog_a_0 (= q_0 r_0) at columns ``col``: into slot 0 of dlog_values
+    (B, T + 1, D) when V0 = 1 (dh0 is None), else into dlog_h0 (B, D)."""
     if V0 == 1:
-        dv_off = off + bi * D + D
-        tl.store(dlv_ptr + dv_off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
-        tl.store(dlv_ptr + dv_off - D, da.to(dlv_ptr.dtype.element_ty), mask=first)
+        tl.store(dlv_ptr + bi * (T + 1) * D + col, da.to(dlv_ptr.dtype.element_ty), mask=mask)
     else:
-        tl.store(dlv_ptr + off, db.to(dlv_ptr.dtype.element_ty), mask=mask)
-        tl.store(dh0_ptr + (off - rows[:, None] * D - bi * T * D + bi * D), da.to(dh0_ptr.dtype.element_ty), mask=first)
+        tl.store(dh0_ptr + bi * D + col, da.to(dh0_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, off, mask, da, db, T, D, V0: tl.constexpr):
+    """Store a tile's dlog_a (into dlog_coeffs), its dlog_b into row t + V0 of dlog_values
+    (B, T + V0, D), and row 0's dlog_a as dlog h_0 (``_store_dlog_h0``)."""
+    tl.store(dlv_ptr + off + V0 * (bi * D + D), db.to(dlv_ptr.dtype.element_ty), mask=mask)
+    col = off - bi * T * D - rows[:, None] * D  # d, per element of the tile
+    _store_dlog_h0(dlv_ptr, dh0_ptr, bi, col, da, mask & (rows == 0)[:, None], T, D, V0)
     tl.store(dlc_ptr + off, da.to(dlc_ptr.dtype.element_ty), mask=mask)
 
 
