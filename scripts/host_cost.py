@@ -14,6 +14,12 @@ sm_90 (scripts/compile_for_gpu.py's target) and the replay stops before the laun
 Triton column is the binder and its cache lookup, not the driver's launch; nothing runs, so
 fwd+bwd's backward is left out there (autograd would run it on the CPU).
 
+Each direction also gets a ``torch floor`` row: one elementwise torch op (``x * 2``) on the
+first input (one element of it without a GPU), called the same way (fwd under no_grad; fwd+bwd through ``torch.autograd.grad``
+with a fixed grad output): what any op costs on this host before it does anything of its own.
+``--profile DIR`` writes each cell's torch.profiler table (host activity of every thread, the
+autograd engine's included) to ``DIR/<op>-<direction>.txt``.
+
 ``--graphs`` (GPU only) also times each cell as a ``torch.compile(mode="reduce-overhead")``
 function (inductor, CUDA graphs, shapes fixed) after its recording: what a user whose shapes
 do not change can have instead of the eager call (compiles take ~10-20 s a cell).
@@ -62,6 +68,24 @@ def _recorded_launches(fn) -> list:
     return seen.calls
 
 
+def _floor(x, direction: str):
+    """One torch op on ``x``, called as a cell is (``measure.callable_workload``)."""
+    from benchmarks.harness import measure
+
+    return measure.callable_workload(lambda t: t * 2, (x,), direction)
+
+
+def _profile(fn, path: Path, calls: int = 50) -> None:
+    """torch.profiler's host table of ``calls`` calls of ``fn``, most total time first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:  # CUDA: the runtime's calls (launches, syncs) too
+        for _ in range(calls):
+            fn()
+    path.write_text(prof.key_averages().table(sort_by="cpu_time_total", row_limit=60))
+
+
 def _graphed(op_name: str, direction: str, xs):
     """The cell as a reduce-overhead compiled function, recorded (three calls) before timing."""
     from benchmarks.harness import measure
@@ -79,6 +103,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shape", default="lab", help="a registry shape (benchmarks.harness.grid.SHAPES)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed block")
     parser.add_argument("--graphs", action="store_true", help="also time torch.compile(mode='reduce-overhead')")
+    parser.add_argument("--profile", help="write each cell's torch.profiler host table under this folder")
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args(argv)
 
@@ -124,7 +149,19 @@ def main(argv=None) -> int:
                              triton_us=round(triton_us, 1), scankit_us=round(total - triton_us, 1)))
             if args.graphs and on_gpu:
                 rows[-1]["graphs_us"] = round(_per_call_us(_graphed(op_name, direction, xs), args.calls), 1)
+            if args.profile:
+                Path(args.profile).mkdir(parents=True, exist_ok=True)
+                _profile(fn, Path(args.profile) / f"{op_name}-{direction}.txt")
             print(*rows[-1].values(), flush=True)
+    for direction in grid.DIRECTIONS if on_gpu else ("fwd",):
+        x = OPS[grid.OP_NAMES[0]].inputs(OPS[grid.OP_NAMES[0]].dims_at(grid.SHAPES[args.shape]), device=device,
+                                         requires_grad=direction == "fwdbwd")[0]
+        if not on_gpu:  # the CPU would compute x * 2 itself: one element keeps it a host cost
+            x = x.detach().reshape(-1)[:1].clone().requires_grad_(direction == "fwdbwd")
+        rows.append(dict(op="torch floor", direction=direction, launches=None,
+                         total_us=round(_per_call_us(_floor(x, direction), args.calls), 1), triton_us=None,
+                         scankit_us=None))
+        print(*rows[-1].values(), flush=True)
     where = torch.cuda.get_device_name() if on_gpu else "CPU (sm_90 compiled, not launched)"
     print(f"\nhost time per call at {args.shape}, {where}, median of 5 blocks of {args.calls} calls")
     print(tabulate(rows, headers="keys"))

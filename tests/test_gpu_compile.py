@@ -30,6 +30,8 @@ def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     rows = json.loads(out.read_text())["rows"]
+    floor = rows.pop()
+    assert floor["op"] == "torch floor" and floor["total_us"] > 0, floor
     assert [r["op"] for r in rows] == ["parallel_scan_log", "linear_scan", "linear_scan_state", "matrix_scan",
                                        "matrix_affine_scan"]
     for r in rows:
