@@ -80,10 +80,10 @@ def _profile(fn, path: Path, calls: int = 50) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    with profile(activities=activities) as prof:  # CUDA: the runtime's calls (launches, syncs) too
+    with profile(activities=activities, with_stack=True) as prof:  # CUDA: the runtime calls too; Python functions (every thread)
         for _ in range(calls):
             fn()
-    path.write_text(prof.key_averages().table(sort_by="cpu_time_total", row_limit=60))
+    path.write_text(prof.key_averages().table(sort_by="cpu_time_total", row_limit=80))
 
 
 def _graphed(op_name: str, direction: str, xs):

@@ -161,3 +161,30 @@ def test_committed_artifacts_are_the_render_of_the_committed_results(tmp_path):
         assert committed.read_bytes() == path.read_bytes(), f"{committed} differs from the render of the results"
     readme = (ROOT / "README.md").read_text()
     assert (tmp_path / "scan_headline.md").read_text().strip() in readme, "README headline is not the rendered one"
+
+
+def test_slow_cells_take_fewer_samples_and_fast_cells_all(monkeypatch):
+    """A cell whose one call is slow (eager references at large: 1.8 s a call) stops at
+    SLOW_BUDGET_S of samples, never below MIN_SAMPLES; every other cell keeps SAMPLES."""
+    import time
+
+    import torch
+
+    from benchmarks.harness import measure
+
+    assert measure._sample_count(50e-6, 15) == measure._sample_count(0.2, 15) == 15
+    assert measure._sample_count(1.8, 15) == measure.MIN_SAMPLES
+    assert measure.MIN_SAMPLES < measure._sample_count(0.3, 15) < 15
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(measure, "SLOW_BUDGET_S", 0.3)
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.05)
+
+    got = measure.call_latency(slow)
+    assert got["number"] == 1 and len(got["samples"]) == 6 and len(calls) == 1 + 6, (got, len(calls))
+    assert all(0.05 <= s < 0.5 for s in got["samples"]), got
+    fast = measure.call_latency(lambda: None)
+    assert len(fast["samples"]) == measure.SAMPLES and fast["number"] == 1000, fast

@@ -131,6 +131,15 @@ def median_us(fn, slow_ms: float = 100.0, block_ms: float = 2.0, budget_ms: floa
 SAMPLES = 15
 SAMPLE_MS = 2.0     # aim of one sample (n calls)
 MAX_QUEUED = 48     # calls queued per device-time sample: launches stay far below the ~1k launch queue
+SLOW_BUDGET_S = 3.0  # a quantity's samples of a slow cell (one call > 0.2 s: eager references at
+MIN_SAMPLES = 5      # large) stop at this many seconds, and at no fewer than MIN_SAMPLES samples
+
+
+def _sample_count(once: float, samples: int) -> int:
+    """``samples``, or fewer for a cell whose one call is slow: eager matrix_scan's fwd+bwd at
+    large takes 1.8 s a call, its 15 + 5 calls per quantity took 95 s of a cold run (session 10),
+    and its spread is < 0.1%."""
+    return samples if once * samples <= SLOW_BUDGET_S else max(MIN_SAMPLES, min(samples, math.ceil(SLOW_BUDGET_S / once)))
 
 
 @lru_cache(maxsize=None)
@@ -161,8 +170,12 @@ def _wall_block(fn, n: int) -> float:
 def call_latency(fn, samples: int = SAMPLES) -> dict:
     """Host-inclusive steady-state seconds per call, what a user at small shapes feels."""
     fn()
-    once = min(_wall_block(fn, 1) for _ in range(3))
+    firsts = [_wall_block(fn, 1) for _ in range(3)]
+    once = min(firsts)
     n = max(1, min(1000, math.ceil(SAMPLE_MS * 1e-3 / once)))
+    count = _sample_count(once, samples)
+    if count < samples:  # slow calls (n = 1): the single calls were samples already
+        return dict(samples=firsts + [_wall_block(fn, 1) for _ in range(count - len(firsts))], number=1)
     _wall_block(fn, n)
     return dict(samples=[_wall_block(fn, n) for _ in range(samples)], number=n)
 
@@ -184,6 +197,8 @@ def device_time(fn, samples: int = SAMPLES) -> dict:
         t0 = time.perf_counter()
         fn()
         host.append(time.perf_counter() - t0)
+        if sum(host) > SLOW_BUDGET_S / 3:  # a slow cell's enqueue time is known well enough
+            break
     rate = _sleep_cycles_per_second()
     per_call = statistics.median(host)
 
@@ -204,8 +219,12 @@ def device_time(fn, samples: int = SAMPLES) -> dict:
             sleep = min(MAX_SLEEP_S, 2 * enqueued)
         return start.elapsed_time(end) * 1e-3 / n
 
-    once = min(queued(1) for _ in range(2))
+    firsts = [queued(1) for _ in range(2)]
+    once = min(firsts)
     n = max(1, min(MAX_QUEUED, math.ceil(SAMPLE_MS * 1e-3 / once)))
+    count = _sample_count(once, samples)
+    if count < samples:  # slow calls (n = 1): the single calls were samples already
+        return dict(samples=firsts + [queued(1) for _ in range(count - len(firsts))], number=1)
     queued(n)
     return dict(samples=[queued(n) for _ in range(samples)], number=n)
 
