@@ -135,7 +135,7 @@ SLOW_BUDGET_S = 3.0  # a quantity's samples of a slow cell (one call > 0.2 s: ea
 MIN_SAMPLES = 5      # large) stop at this many seconds, and at no fewer than MIN_SAMPLES samples
 
 
-def _sample_count(once: float, samples: int) -> int:
+def _sample_count(once: float, samples: int) -> int:  # once: the seconds one sample of n = 1 takes
     """``samples``, or fewer for a cell whose one call is slow: eager matrix_scan's fwd+bwd at
     large takes 1.8 s a call, its 15 + 5 calls per quantity took 95 s of a cold run (session 10),
     and its spread is < 0.1%."""
@@ -219,10 +219,11 @@ def device_time(fn, samples: int = SAMPLES) -> dict:
             sleep = min(MAX_SLEEP_S, 2 * enqueued)
         return start.elapsed_time(end) * 1e-3 / n
 
+    t0 = time.perf_counter()
     firsts = [queued(1) for _ in range(2)]
     once = min(firsts)
     n = max(1, min(MAX_QUEUED, math.ceil(SAMPLE_MS * 1e-3 / once)))
-    count = _sample_count(once, samples)
+    count = _sample_count((time.perf_counter() - t0) / 2, samples)  # a sample's wall time: its sleep too
     if count < samples:  # slow calls (n = 1): the single calls were samples already
         return dict(samples=firsts + [queued(1) for _ in range(count - len(firsts))], number=1)
     queued(n)
