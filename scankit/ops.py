@@ -67,6 +67,29 @@ def _with_final(out, return_final_state: bool):
     return out, out[:, -1].clone()
 
 
+def _time_reversed(op, reverse):
+    """``op`` (time at dim 1) scanning from the end when ``reverse``: h_t = a_t h_{t+1} + b_t,
+    from h0 = h_{T+1}; the outputs in the inputs' time order, the final state h_1. Today the
+    time-indexed inputs go in flipped and the outputs come back flipped (copies, with their
+    gradients); kernels that read time backwards in place are still to come (NOTES.md)."""
+    if reverse is False:
+        return op
+    if reverse is not True:
+        raise TypeError(f"reverse must be True or False; got {reverse!r}")
+
+    def flip(x):
+        return x.flip(1) if isinstance(x, torch.Tensor) and x.dim() > 2 else x
+
+    def run(*time_inputs, **kwargs):
+        out = op(*map(flip, time_inputs), **kwargs)
+        if not isinstance(out, tuple):
+            return flip(out)
+        if kwargs.get("return_final_state") is True:  # h_1: no time dim
+            return (*map(flip, out[:-1]), out[-1])
+        return tuple(map(flip, out))
+    return run
+
+
 def _along_dim(dim, op, time_inputs: tuple, kwargs: dict):
     """``op`` (time at dim 1) along ``dim`` of the inputs: an index into the first input's
     leading three dims (batch, time, channels / blocks), negative counted on its dims. The
@@ -98,7 +121,7 @@ def _along_dim(dim, op, time_inputs: tuple, kwargs: dict):
 
 
 def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
-                      return_final_state: bool = False, dim: int = 1):
+                      return_final_state: bool = False, dim: int = 1, reverse: bool = False):
     """Positive scalar recurrence in log space.
 
     log_coeffs (B,T,D) = log a_t; log_values (B,T+1,D): slot 0 = log h_0, slots 1..T =
@@ -107,6 +130,8 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     concatenating h_0 onto the values first (what ``MinGRU`` does). ``return_final_state=True``
     returns ``(h, h_T)`` with h_T (B,D); pass ``log_h0=h_T.log()`` to the next piece.
     ``dim``: the time dim (default 1; ``dim=-1`` scans (B, D, T) inputs in place, outputs alike).
+    ``reverse=True`` scans from the end, ``h_t = a_t h_{t+1} + b_t`` from h_{T+1} (slot 0 of
+    log_values, or ``log_h0``); h comes back in the inputs' time order, the final state is h_1.
 
     Range: any finite log inputs, -inf included (a = 0, b = 0, h_0 = 0). The Triton kernel
     carries log h between chunks and redoes a chunk in log space wherever exp() of its
@@ -117,8 +142,19 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     16384 on minGRU-like inputs, where the kernel stays near 1e-7) because it subtracts a
     running sum of log_coeffs that grows with T; give it float64 inputs for long sequences.
     """
-    return _along_dim(dim, _parallel_scan_log, (log_coeffs, log_values),
-                      dict(log_h0=log_h0, return_final_state=return_final_state))
+    op = _parallel_scan_log if reverse is False else _log_slot_apart(_time_reversed(_parallel_scan_log, reverse))
+    return _along_dim(dim, op, (log_coeffs, log_values), dict(log_h0=log_h0, return_final_state=return_final_state))
+
+
+def _log_slot_apart(op):
+    """``op`` with the slot-0 form's log h_0 passed as ``log_h0`` (views, no copy): slot 0 is
+    the initial state, which a reversed scan must not read as a step."""
+    def run(log_coeffs, log_values, *, log_h0=None, **kwargs):
+        if (log_h0 is None and isinstance(log_coeffs, torch.Tensor) and isinstance(log_values, torch.Tensor)
+                and log_coeffs.dim() == log_values.dim() == 3 and log_values.shape[1] == log_coeffs.shape[1] + 1):
+            log_h0, log_values = log_values[:, 0], log_values[:, 1:]
+        return op(log_coeffs, log_values, log_h0=log_h0, **kwargs)
+    return run
 
 
 def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
@@ -146,7 +182,7 @@ def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, lo
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                return_final_state: bool = False, dim: int = 1):
+                return_final_state: bool = False, dim: int = 1, reverse: bool = False):
     """Elementwise affine scan ``h_t = a_t h_{t-1} + b_t`` over a, b (B,T,D).
 
     Returns ``(A, Bc)``: the running product of a and the solution from h_0 = 0 (so
@@ -154,8 +190,10 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     ``h0`` (B,D) (zeros when None). ``return_final_state=True`` appends h_T (B,D): with
     ``return_prefix=False`` and ``h0``, scanning a sequence in pieces, each from the last
     piece's h_T, equals one call. ``dim``: the time dim (default 1; ``dim=-1`` for (B, D, T)).
+    ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
+    form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
     """
-    return _along_dim(dim, _linear_scan, (a, b),
+    return _along_dim(dim, _time_reversed(_linear_scan, reverse), (a, b),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
 
 
@@ -176,14 +214,16 @@ def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
 
 
 def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                return_final_state: bool = False, dim: int = 1):
+                return_final_state: bool = False, dim: int = 1, reverse: bool = False):
     """2 x 2 block affine scan: M (B,T,n,2,2), b (B,T,n,2).
 
     Returns ``(A, Bc)`` of shapes (B,T,n,2,2), (B,T,n,2); with ``return_prefix=False``
     only h (B,T,n,2) from ``h0`` (B,n,2). ``return_final_state=True`` appends h_T (B,n,2).
     ``dim``: the time dim among the first three (default 1).
+    ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
+    form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
     """
-    return _along_dim(dim, _matrix_scan, (M, b),
+    return _along_dim(dim, _time_reversed(_matrix_scan, reverse), (M, b),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
 
 
@@ -206,14 +246,16 @@ def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
 
 
 def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                       return_final_state: bool = False, dim: int = 1):
+                       return_final_state: bool = False, dim: int = 1, reverse: bool = False):
     """k x k block affine scan: A (B,T,n,k,k), B (B,T,n,k,v).
 
     Returns ``(Abar, Bbar)`` with ``Abar_t = A_t Abar_{t-1}``, ``Bbar_t = A_t Bbar_{t-1} + B_t``;
     with ``return_prefix=False`` only h (B,T,n,k,v) from ``h0`` (B,n,k,v).
     ``return_final_state=True`` appends h_T (B,n,k,v). ``dim``: the time dim among the first three.
+    ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
+    form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
     """
-    return _along_dim(dim, _matrix_affine_scan, (A, B),
+    return _along_dim(dim, _time_reversed(_matrix_affine_scan, reverse), (A, B),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
 
 

@@ -18,6 +18,13 @@ def scan_mode(monkeypatch):
     return set_mode
 
 
+@pytest.fixture(params=["eager", "triton"])
+def kernel_mode(request, scan_mode):
+    """Each test twice: the eager references and the kernels (through the interpreter on the CPU)."""
+    scan_mode(request.param)
+    return request.param
+
+
 @pytest.fixture
 def seed(request):
     """A fresh seed per test run, printed on failure; ``SCANKIT_SEED=<seed>`` replays a case."""

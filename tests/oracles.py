@@ -2,8 +2,9 @@
 import torch
 
 
-def affine_loop(A, B, h0=None, elementwise=False):
-    """Prefix (Abar, Bbar) and states h of h_t = A_t h_{t-1} + B_t, in float64.
+def affine_loop(A, B, h0=None, elementwise=False, reverse=False):
+    """Prefix (Abar, Bbar) and states h of h_t = A_t h_{t-1} + B_t, in float64 (``reverse``:
+    h_t = A_t h_{t+1} + B_t from the end, outputs in time order).
 
     Elementwise: A, B (batch, T, ...) multiply elementwise. Matrix: A (..., k, k),
     B (..., k, v) multiply as matrices.
@@ -17,23 +18,26 @@ def affine_loop(A, B, h0=None, elementwise=False):
     Bbar = torch.zeros_like(B[:, 0])
     h = torch.zeros_like(B[:, 0]) if h0 is None else h0.double().clone()
     As, Bs, hs = [], [], []
-    for t in range(T):
+    for t in (reversed(range(T)) if reverse else range(T)):
         if elementwise:
             Abar, Bbar, h = A[:, t] * Abar, A[:, t] * Bbar + B[:, t], A[:, t] * h + B[:, t]
         else:
             Abar, Bbar, h = A[:, t] @ Abar, A[:, t] @ Bbar + B[:, t], A[:, t] @ h + B[:, t]
         As.append(Abar), Bs.append(Bbar), hs.append(h)
+    if reverse:
+        As, Bs, hs = As[::-1], Bs[::-1], hs[::-1]
     return torch.stack(As, 1), torch.stack(Bs, 1), torch.stack(hs, 1)
 
 
-def log_loop(log_coeffs, log_values):
-    """h_1..h_T of h_t = exp(lc_t) h_{t-1} + exp(lv_t), h_0 = exp(lv_0), in float64."""
+def log_loop(log_coeffs, log_values, reverse=False):
+    """h_1..h_T of h_t = exp(lc_t) h_{t-1} + exp(lv_t), h_0 = exp(lv_0), in float64
+    (``reverse``: h_t = exp(lc_t) h_{t+1} + exp(lv_t) from h_{T+1} = exp(lv_0))."""
     a, b = log_coeffs.double().exp(), log_values.double().exp()
     h, hs = b[:, 0], []
-    for t in range(a.shape[1]):
+    for t in (reversed(range(a.shape[1])) if reverse else range(a.shape[1])):
         h = a[:, t] * h + b[:, t + 1]
         hs.append(h)
-    return torch.stack(hs, 1)
+    return torch.stack(hs[::-1] if reverse else hs, 1)
 
 
 def oracle(op_name, inputs, h0=None):

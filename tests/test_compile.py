@@ -207,3 +207,48 @@ def test_joint_trace_of_the_log_h0_form(seed, kernels_only):
     assert {"scankit.log_scan_fwd.default", "scankit.log_scan_bwd.default"} <= joint.targets(), joint.targets()
     for got, want in zip(grads, torch.autograd.grad(loss(*xs), xs)):
         torch.testing.assert_close(got, want)
+
+
+PUBLIC_OPS = ["parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan"]
+
+
+def reverse_loss(op_name):
+    """A weighted loss of the op's outputs scanned from the end (weights: a time-varying
+    function of the outputs, so every step's gradient differs)."""
+    def loss(*xs):
+        outs = as_tuple(getattr(scankit, op_name)(*xs, reverse=True))
+        return sum((o.float() * torch.linspace(0.5, 1.5, o.shape[1], device=o.device).view(1, -1, *[1] * (o.dim() - 2)))
+                   .sum() for o in outs)
+    return loss
+
+
+@pytest.mark.parametrize("op_name", PUBLIC_OPS)
+def test_joint_trace_of_reverse_scans(op_name, seed, kernels_only):
+    """reverse=True under AOTAutograd's fake-tensor trace: the kernels' ops as graph nodes and
+    the compiled grads equal eager's."""
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], T=9), device=DEVICE, seed=seed)]
+    joint = Joint()
+    compiled = aot_function(reverse_loss(op_name), fw_compiler=joint.run, bw_compiler=joint.run,
+                            partition_fn=joint.partition)
+    grads = torch.autograd.grad(compiled(*xs), xs)
+    name = CUSTOM_OPS[op_name]
+    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
+    for g, r in zip(grads, torch.autograd.grad(reverse_loss(op_name)(*xs), xs)):
+        torch.testing.assert_close(g, r)
+
+
+@gpu
+@pytest.mark.parametrize("op_name", PUBLIC_OPS)
+def test_inductor_reverse_fwd_bwd(op_name, seed, monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    torch._dynamo.reset()
+    compiled = torch.compile(reverse_loss(op_name), fullgraph=True)
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), T=257),
+                                                            device=DEVICE, seed=seed)]
+    poison_cuda_cache()
+    loss = compiled(*xs)
+    grads = torch.autograd.grad(loss, xs)
+    ref = reverse_loss(op_name)(*xs)
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
+    for g, r in zip(grads, torch.autograd.grad(ref, xs)):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)

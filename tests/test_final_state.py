@@ -43,17 +43,11 @@ OPS_ = ["parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan"]
 DTYPE = {"eager": torch.float64, "triton": torch.float32}
 
 
-@pytest.fixture(params=["eager", "triton"])
-def mode(request, scan_mode):
-    scan_mode(request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("T", sorted(PIECES))
 @pytest.mark.parametrize("op", OPS_)
-def test_final_state_and_its_gradient(op, T, mode, seed):
+def test_final_state_and_its_gradient(op, T, kernel_mode, seed):
     g = torch.Generator().manual_seed(seed)
-    xs, h0 = _inputs(op, 2, T, g, DTYPE[mode])
+    xs, h0 = _inputs(op, 2, T, g, DTYPE[kernel_mode])
     leaves = [x.to(DEVICE).requires_grad_() for x in (*xs, h0)]
     h, last = _call(op, leaves[:-1], leaves[-1], return_final_state=True)
     ref_leaves = [x.detach().double().cpu().requires_grad_() for x in leaves]
@@ -70,7 +64,7 @@ def test_final_state_and_its_gradient(op, T, mode, seed):
 
 
 @pytest.mark.parametrize("op", OPS_)
-def test_prefix_form_final_state_is_the_solution_from_zero(op, mode, seed):
+def test_prefix_form_final_state_is_the_solution_from_zero(op, kernel_mode, seed):
     if op == "parallel_scan_log":
         pytest.skip("the log op has no prefix form")
     g = torch.Generator().manual_seed(seed)
@@ -83,9 +77,9 @@ def test_prefix_form_final_state_is_the_solution_from_zero(op, mode, seed):
 
 @pytest.mark.parametrize("T", [13, 257])
 @pytest.mark.parametrize("op", OPS_)
-def test_chunked_prefill_equals_one_call(op, T, mode, seed):
+def test_chunked_prefill_equals_one_call(op, T, kernel_mode, seed):
     g = torch.Generator().manual_seed(seed)
-    xs, h0 = _inputs(op, 2, T, g, DTYPE[mode])
+    xs, h0 = _inputs(op, 2, T, g, DTYPE[kernel_mode])
     xs, h0 = [x.to(DEVICE) for x in xs], h0.to(DEVICE)
     whole = _call(op, xs, h0)
     parts, h, t = [], h0, 0
@@ -140,13 +134,13 @@ LAYOUTS = {"parallel_scan_log": 3, "linear_scan": 3, "matrix_scan": 5, "matrix_a
 
 @pytest.mark.parametrize("dim", [0, 2, -1])
 @pytest.mark.parametrize("op", OPS_)
-def test_any_time_dim_equals_moving_it_to_1(op, dim, mode, seed):
+def test_any_time_dim_equals_moving_it_to_1(op, dim, kernel_mode, seed):
     """``dim=``: inputs with time elsewhere (time-major, (B, D, T)) give the dim-1 call's
     outputs with time moved the same way, grads included; no copy of the inputs is needed."""
     if dim == -1 and LAYOUTS[op] == 5:
         pytest.skip("dim -1 of a block op is a block dim (its own test)")
     g = torch.Generator().manual_seed(seed)
-    xs, h0 = _inputs(op, 2, 13, g, DTYPE[mode])
+    xs, h0 = _inputs(op, 2, 13, g, DTYPE[kernel_mode])
     d = dim % LAYOUTS[op]
     moved = [x.to(DEVICE).movedim(1, d).contiguous().requires_grad_() for x in xs]   # time at d in memory
     h0 = h0.to(DEVICE)
