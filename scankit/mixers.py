@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import dispatch, ops
+from . import dispatch, ops, packed
 
 
 def log_g(x: torch.Tensor) -> torch.Tensor:
@@ -86,6 +86,16 @@ class _Mixer(nn.Module):
             return None
         return self.decay.log_gamma(delta_t, x.shape[0], x.shape[1], x)
 
+    @staticmethod
+    def _sequences(x: torch.Tensor, cu_seqlens) -> int:
+        """How many initial states the call takes: the batch, or the packed sequences."""
+        if cu_seqlens is None:
+            return x.shape[0]
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+            got = tuple(cu_seqlens.shape) if isinstance(cu_seqlens, torch.Tensor) else type(cu_seqlens).__name__
+            raise ValueError(f"cu_seqlens must be a 1-D tensor of N+1 offsets, N >= 1; got {got}")
+        return cu_seqlens.numel() - 1
+
     def _state(self, h, B: int, ref: torch.Tensor) -> torch.Tensor:
         if h is None:
             return self.initial_state(B, ref)
@@ -127,13 +137,13 @@ class MinGRU(_Mixer):
             log_a = log_a + log_gamma
         return log_a, -F.softplus(-k) + log_g(pre_h)
 
-    def forward(self, x, h_0=None, delta_t=None):
+    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None):
         self._check_x(x)
-        h0 = self._state(h_0, x.shape[0], x)
+        h0 = self._state(h_0, self._sequences(x, cu_seqlens), x)
         if h_0 is not None and dispatch.checks_values(h0) and bool((h0 <= 0).any()):
             raise ValueError("MinGRU states are positive: h_0 must be > 0 everywhere")
         log_a, log_b = self._log_terms(x, delta_t)
-        return ops.parallel_scan_log(log_a, log_b, log_h0=h0.log())
+        return ops.parallel_scan_log(log_a, log_b, log_h0=h0.log(), cu_seqlens=cu_seqlens)
 
     def _step(self, x, h, delta_t):
         log_a, log_b = self._log_terms(x, delta_t)
@@ -160,11 +170,11 @@ class SignedMinGRU(_Mixer):
             a = a * log_gamma.exp()
         return a, z * pre_h
 
-    def forward(self, x, h_0=None, delta_t=None):
+    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None):
         self._check_x(x)
-        h0 = None if h_0 is None else self._state(h_0, x.shape[0], x)
+        h0 = None if h_0 is None else self._state(h_0, self._sequences(x, cu_seqlens), x)
         a, b = self._terms(x, delta_t)
-        return ops.linear_scan(a, b, h0=h0, return_prefix=False)
+        return ops.linear_scan(a, b, h0=h0, return_prefix=False, cu_seqlens=cu_seqlens)
 
     def _step(self, x, h, delta_t):
         a, b = self._terms(x, delta_t)
@@ -204,13 +214,18 @@ class _BlockMixer(_Mixer):
             M = M * gamma[..., None, None]
         return M
 
-    def forward(self, x, h_0=None, delta_t=None):
+    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None):
         """Fused rotation kernel where it runs (``auto`` on CUDA, ``triton``), else the
-        generic path: matrices built, then ``matrix_scan`` / ``matrix_affine_scan``."""
+        generic path: matrices built, then ``matrix_scan`` / ``matrix_affine_scan`` (also for
+        packed sequences: the fused kernel has no carry reset yet)."""
         self._check_x(x)
         B, T = x.shape[:2]
-        h0 = self._state(h_0, B, x).reshape(B, self.n, self.k)
+        N = self._sequences(x, cu_seqlens)
+        h0 = self._state(h_0, N, x).reshape(N, self.n, self.k)
         angles, scale, gamma, b = self._terms(x, delta_t)
+        if cu_seqlens is not None:
+            h = self._scan(self._transitions(angles, scale, gamma), b, h0, cu_seqlens)
+            return h.reshape(B, T, self.hidden_size)
         h = dispatch.run(
             type(self).__name__, x.device,
             lambda: self._scan(self._transitions(angles, scale, gamma), b, h0),
@@ -252,8 +267,8 @@ class RotationMinGRU(_BlockMixer):
             theta = theta + (torch.round(theta / step) * step - theta).detach()
         return theta[..., None, None], torch.tanh(u)
 
-    def _scan(self, M, b, h0):
-        return ops.matrix_scan(M, b, h0=h0, return_prefix=False)
+    def _scan(self, M, b, h0, cu_seqlens=None):
+        return ops.matrix_scan(M, b, h0=h0, return_prefix=False, cu_seqlens=cu_seqlens)
 
 
 class GivensMinGRU(_BlockMixer):
@@ -273,8 +288,9 @@ class GivensMinGRU(_BlockMixer):
     def _angles(self, params):
         return params.reshape(*params.shape[:-1], self.n, self.rounds, self.k // 2), None
 
-    def _scan(self, M, b, h0):
-        return ops.matrix_affine_scan(M, b.unsqueeze(-1), h0=h0.unsqueeze(-1), return_prefix=False).squeeze(-1)
+    def _scan(self, M, b, h0, cu_seqlens=None):
+        return ops.matrix_affine_scan(M, b.unsqueeze(-1), h0=h0.unsqueeze(-1), return_prefix=False,
+                                      cu_seqlens=cu_seqlens).squeeze(-1)
 
 
 MIXERS = {"mingru": MinGRU, "signed": SignedMinGRU, "rotation": RotationMinGRU, "givens": GivensMinGRU}
@@ -295,13 +311,19 @@ class MinGRUBlock(nn.Module):
         self.mixer = _make_mixer(mixer, dim, **mixer_kwargs)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
-    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False):
+    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False, cu_seqlens=None):
         """x (B, T, dim) -> (B, T, dim); with ``return_state`` also the mixer's last state h_T
-        (B, dim), the ``h_0`` that continues the sequence (chunked prefill, then ``step``)."""
-        h = self.mixer(self.norm1(x), h_0, delta_t)
+        (B, dim), the ``h_0`` that continues the sequence (chunked prefill, then ``step``).
+        ``cu_seqlens``: x (1, T, dim) packs sequences (``scankit.packed``); h_0 and the states
+        are then per sequence, (N, dim)."""
+        h = self.mixer(self.norm1(x), h_0, delta_t, cu_seqlens=cu_seqlens)
         x = x + h
         y = x + self.mlp(self.norm2(x))
-        return (y, h[:, -1].clone()) if return_state else y
+        if not return_state:
+            return y
+        if cu_seqlens is None:
+            return y, h[:, -1].clone()
+        return y, packed.final_states(h, cu_seqlens[1:].to(device=h.device, dtype=torch.int64))
 
     def step(self, x_t, h=None, delta_t=None):
         """One token: returns (y_t (B, dim), h (B, dim))."""
@@ -320,14 +342,15 @@ class MinGRUStack(nn.Module):
             raise ValueError(f"mixer must be a name or a list of {depth} names; got {len(names)}")
         self.blocks = nn.ModuleList(MinGRUBlock(dim, name, **mixer_kwargs) for name in names)
 
-    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False):
+    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False, cu_seqlens=None):
         """h_0: None or a list of per-layer initial states; with ``return_state`` also the list
-        of per-layer last states, which ``forward`` (as h_0) or ``step`` continues from."""
+        of per-layer last states, which ``forward`` (as h_0) or ``step`` continues from.
+        ``cu_seqlens`` (packed sequences in a batch of 1) goes to every layer."""
         if h_0 is not None and len(h_0) != len(self.blocks):
             raise ValueError(f"h_0 must be a list of {len(self.blocks)} per-layer states; got {len(h_0)}")
         states = []
         for i, block in enumerate(self.blocks):
-            x = block(x, None if h_0 is None else h_0[i], delta_t, return_state=return_state)
+            x = block(x, None if h_0 is None else h_0[i], delta_t, return_state=return_state, cu_seqlens=cu_seqlens)
             if return_state:
                 x, h = x
                 states.append(h)

@@ -5,7 +5,7 @@ import operator
 
 import torch
 
-from . import dispatch, reference
+from . import dispatch, packed, reference
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
@@ -67,6 +67,35 @@ def _with_final(out, return_final_state: bool):
     return out, out[:, -1].clone()
 
 
+def _packed(kind: str, op, name: str, coeffs, inputs, h0, cu_seqlens, tail: tuple, layout: str,
+            return_final_state, h0_name: str = "h0", **op_kwargs):
+    """``op``'s states of the packed sequences ``cu_seqlens`` (``scankit.packed``): each from
+    its own h0[n] (zeros when None), final states (N, ...) with ``return_final_state``."""
+    starts, ends = packed.offsets(cu_seqlens, coeffs, name)
+    if h0 is not None:
+        _check_tensor(h0_name, h0, 1 + len(tail), layout)
+        _check_same(name, coeffs, h0_name, h0)
+        _check_shape(h0_name, h0, (len(starts), *tail), layout)
+    if return_final_state not in (True, False):
+        raise TypeError(f"return_final_state must be True or False; got {return_final_state!r}")
+    coeffs, inputs = packed.reset(kind, coeffs, inputs, h0, starts)
+    h = op(coeffs, inputs, **op_kwargs)
+    return (h, packed.final_states(h, ends)) if return_final_state else h
+
+
+def _log_scan_with_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """The log op over coefficients that reset (log a = -inf at packed sequence starts), from
+    h_0 = 0: the kernels take -inf as a = 0; the eager path is the reference's log-space doubling
+    (Heinsen's running sum cannot pass a -inf)."""
+    no_state = log_coeffs.new_full((log_coeffs.shape[0], log_coeffs.shape[2]), float("-inf"))
+    return dispatch.run(
+        "parallel_scan_log",
+        log_coeffs.device,
+        lambda: reference.parallel_scan_log_resets(log_coeffs, log_values, no_state),
+        lambda k: k.parallel_scan_log(log_coeffs, log_values, no_state),
+    )
+
+
 def _time_reversed(op, reverse):
     """``op`` (time at dim 1) scanning from the end when ``reverse``: h_t = a_t h_{t+1} + b_t,
     from h0 = h_{T+1}; the outputs in the inputs' time order, the final state h_1. Today the
@@ -81,11 +110,18 @@ def _time_reversed(op, reverse):
         return x.flip(1) if isinstance(x, torch.Tensor) and x.dim() > 2 else x
 
     def run(*time_inputs, **kwargs):
+        cu = kwargs.get("cu_seqlens")
+        packed_ = isinstance(cu, torch.Tensor) and cu.dim() == 1 and cu.numel() >= 2
+        if packed_:  # the sequences in reversed order: their offsets mirrored, their h0 and final states too
+            kwargs["cu_seqlens"] = packed.mirrored(cu)
+            for key in ("h0", "log_h0"):
+                if isinstance(kwargs.get(key), torch.Tensor):
+                    kwargs[key] = kwargs[key].flip(0)
         out = op(*map(flip, time_inputs), **kwargs)
         if not isinstance(out, tuple):
             return flip(out)
         if kwargs.get("return_final_state") is True:  # h_1: no time dim
-            return (*map(flip, out[:-1]), out[-1])
+            return (*map(flip, out[:-1]), out[-1].flip(0) if packed_ else out[-1])
         return tuple(map(flip, out))
     return run
 
@@ -121,7 +157,7 @@ def _along_dim(dim, op, time_inputs: tuple, kwargs: dict):
 
 
 def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
-                      return_final_state: bool = False, dim: int = 1, reverse: bool = False):
+                      return_final_state: bool = False, dim: int = 1, reverse: bool = False, cu_seqlens=None):
     """Positive scalar recurrence in log space.
 
     log_coeffs (B,T,D) = log a_t; log_values (B,T+1,D): slot 0 = log h_0, slots 1..T =
@@ -132,8 +168,11 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     ``dim``: the time dim (default 1; ``dim=-1`` scans (B, D, T) inputs in place, outputs alike).
     ``reverse=True`` scans from the end, ``h_t = a_t h_{t+1} + b_t`` from h_{T+1} (slot 0 of
     log_values, or ``log_h0``); h comes back in the inputs' time order, the final state is h_1.
+    ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences (log_values (1, T, D),
+    ``log_h0`` (N, D) or h_0 = 0), each scanned alone, final states (N, D) (``scankit.packed``).
 
-    Range: any finite log inputs, -inf included (a = 0, b = 0, h_0 = 0). The Triton kernel
+    Range: any finite log inputs, -inf included (a = 0, b = 0, h_0 = 0; the eager reference
+    takes no a = 0: NaN from there on, except packed, see cu_seqlens). The Triton kernel
     carries log h between chunks and redoes a chunk in log space wherever exp() of its
     inputs or states would leave fp32, so h comes out to fp32 rounding whatever the magnitudes
     along the way; a state beyond fp32 is inf (or 0) as an fp32 value, and its gradient is
@@ -143,7 +182,8 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     running sum of log_coeffs that grows with T; give it float64 inputs for long sequences.
     """
     op = _parallel_scan_log if reverse is False else _log_slot_apart(_time_reversed(_parallel_scan_log, reverse))
-    return _along_dim(dim, op, (log_coeffs, log_values), dict(log_h0=log_h0, return_final_state=return_final_state))
+    return _along_dim(dim, op, (log_coeffs, log_values),
+                      dict(log_h0=log_h0, return_final_state=return_final_state, cu_seqlens=cu_seqlens))
 
 
 def _log_slot_apart(op):
@@ -158,10 +198,16 @@ def _log_slot_apart(op):
 
 
 def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
-                       return_final_state: bool = False):
+                       return_final_state: bool = False, cu_seqlens=None):
     _check_tensor("log_coeffs", log_coeffs, 3, "(B, T, D)")
     _check_time("log_coeffs", log_coeffs)
     B, T, D = log_coeffs.shape
+    if cu_seqlens is not None:
+        _check_tensor("log_values", log_values, 3, "(1, T, D) with cu_seqlens")
+        _check_same("log_coeffs", log_coeffs, "log_values", log_values)
+        _check_shape("log_values", log_values, (B, T, D), "(1, T, D) like log_coeffs with cu_seqlens (h_0: log_h0 (N, D))")
+        return _packed("log", _log_scan_with_resets, "log_coeffs", log_coeffs, log_values, log_h0, cu_seqlens, (D,),
+                       "(N, D)", return_final_state, h0_name="log_h0")
     if log_h0 is None:
         _check_tensor("log_values", log_values, 3, "(B, T+1, D)")
         _check_same("log_coeffs", log_coeffs, "log_values", log_values)
@@ -182,7 +228,8 @@ def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, lo
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                return_final_state: bool = False, dim: int = 1, reverse: bool = False):
+                return_final_state: bool = False, dim: int = 1, reverse: bool = False,
+                cu_seqlens=None):
     """Elementwise affine scan ``h_t = a_t h_{t-1} + b_t`` over a, b (B,T,D).
 
     Returns ``(A, Bc)``: the running product of a and the solution from h_0 = 0 (so
@@ -192,18 +239,26 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     piece's h_T, equals one call. ``dim``: the time dim (default 1; ``dim=-1`` for (B, D, T)).
     ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
     form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
+    ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned from
+    its own h0[n] (h0 (N, ...), zeros when None; states only), final states (N, ...) (``scankit.packed``).
     """
     return _along_dim(dim, _time_reversed(_linear_scan, reverse), (a, b),
-                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
+                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
+                           cu_seqlens=cu_seqlens))
 
 
 def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                 return_final_state: bool = False):
+                 return_final_state: bool = False, cu_seqlens=None):
     _check_tensor("a", a, 3, "(B, T, D)")
     _check_time("a", a)
     _check_tensor("b", b, 3, "(B, T, D)")
     _check_same("a", a, "b", b)
     _check_shape("b", b, a.shape, "(B, T, D) like a")
+    if cu_seqlens is not None:
+        if return_prefix:
+            raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
+        return _packed("elementwise", _linear_scan, "a", a, b, h0, cu_seqlens, (a.shape[2],), "(N, D)",
+                       return_final_state, return_prefix=False)
     _check_h0(h0, a, "a", (a.shape[0], a.shape[2]), "(B, D)", return_prefix)
     return _with_final(dispatch.run(
         "linear_scan",
@@ -214,7 +269,8 @@ def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
 
 
 def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                return_final_state: bool = False, dim: int = 1, reverse: bool = False):
+                return_final_state: bool = False, dim: int = 1, reverse: bool = False,
+                cu_seqlens=None):
     """2 x 2 block affine scan: M (B,T,n,2,2), b (B,T,n,2).
 
     Returns ``(A, Bc)`` of shapes (B,T,n,2,2), (B,T,n,2); with ``return_prefix=False``
@@ -222,13 +278,16 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     ``dim``: the time dim among the first three (default 1).
     ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
     form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
+    ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned from
+    its own h0[n] (h0 (N, ...), zeros when None; states only), final states (N, ...) (``scankit.packed``).
     """
     return _along_dim(dim, _time_reversed(_matrix_scan, reverse), (M, b),
-                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
+                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
+                           cu_seqlens=cu_seqlens))
 
 
 def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                 return_final_state: bool = False):
+                 return_final_state: bool = False, cu_seqlens=None):
     _check_tensor("M", M, 5, "(B, T, n, 2, 2)")
     _check_time("M", M)
     if M.shape[-2:] != (2, 2):
@@ -236,6 +295,11 @@ def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
     _check_tensor("b", b, 4, "(B, T, n, 2)")
     _check_same("M", M, "b", b)
     _check_shape("b", b, M.shape[:3] + (2,), "(B, T, n, 2)")
+    if cu_seqlens is not None:
+        if return_prefix:
+            raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
+        return _packed("matrix", _matrix_scan, "M", M, b, h0, cu_seqlens, (M.shape[2], 2), "(N, n, 2)",
+                       return_final_state, return_prefix=False)
     _check_h0(h0, M, "M", (M.shape[0], M.shape[2], 2), "(B, n, 2)", return_prefix)
     return _with_final(dispatch.run(
         "matrix_scan",
@@ -246,7 +310,8 @@ def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
 
 
 def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                       return_final_state: bool = False, dim: int = 1, reverse: bool = False):
+                       return_final_state: bool = False, dim: int = 1, reverse: bool = False,
+                       cu_seqlens=None):
     """k x k block affine scan: A (B,T,n,k,k), B (B,T,n,k,v).
 
     Returns ``(Abar, Bbar)`` with ``Abar_t = A_t Abar_{t-1}``, ``Bbar_t = A_t Bbar_{t-1} + B_t``;
@@ -254,13 +319,16 @@ def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_pref
     ``return_final_state=True`` appends h_T (B,n,k,v). ``dim``: the time dim among the first three.
     ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
     form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
+    ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned from
+    its own h0[n] (h0 (N, ...), zeros when None; states only), final states (N, ...) (``scankit.packed``).
     """
     return _along_dim(dim, _time_reversed(_matrix_affine_scan, reverse), (A, B),
-                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state))
+                      dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
+                           cu_seqlens=cu_seqlens))
 
 
 def _matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                        return_final_state: bool = False):
+                        return_final_state: bool = False, cu_seqlens=None):
     _check_tensor("A", A, 5, "(B, T, n, k, k)")
     _check_time("A", A)
     if A.shape[-1] != A.shape[-2] or A.shape[-1] < 1:
@@ -269,6 +337,11 @@ def _matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_pre
     _check_same("A", A, "B", B)
     if tuple(B.shape[:4]) != tuple(A.shape[:4]) or B.shape[4] < 1:
         raise ValueError(f"B must have shape (B, T, n, k, v) = {tuple(A.shape[:4])} + (v,); got {tuple(B.shape)}")
+    if cu_seqlens is not None:
+        if return_prefix:
+            raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
+        return _packed("matrix", _matrix_affine_scan, "A", A, B, h0, cu_seqlens, (A.shape[2], A.shape[3], B.shape[4]), "(N, n, k, v)",
+                       return_final_state, return_prefix=False)
     _check_h0(h0, A, "A", (A.shape[0], A.shape[2], A.shape[3], B.shape[4]), "(B, n, k, v)", return_prefix)
     return _with_final(dispatch.run(
         "matrix_affine_scan",

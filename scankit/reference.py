@@ -37,12 +37,29 @@ def _accumulate_in_fp32(fn):
 @_accumulate_in_fp32
 def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0=None) -> torch.Tensor:
     """h_1..h_T of ``h_t = exp(log_coeffs_t) h_{t-1} + exp(log_values_t)``, h_0 = exp(log_values_0)
-    (with ``log_h0`` (B, D): h_0 = exp(log_h0) and log_values (B, T, D) holds log b_1..log b_T)."""
+    (with ``log_h0`` (B, D): h_0 = exp(log_h0) and log_values (B, T, D) holds log b_1..log b_T).
+    Heinsen's form: log_coeffs must be finite (a coefficient 0, log a = -inf, makes every later
+    state NaN; ``parallel_scan_log_resets`` is exact there)."""
     if log_h0 is not None:
         log_values = torch.cat([log_h0.unsqueeze(1), log_values], dim=1)
     a_star = F.pad(torch.cumsum(log_coeffs, dim=1), (0, 0, 1, 0))
     log_h = a_star + torch.logcumsumexp(log_values - a_star, dim=1)
     return torch.exp(log_h)[:, 1:]
+
+
+@_accumulate_in_fp32
+def parallel_scan_log_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: torch.Tensor) -> torch.Tensor:
+    """``parallel_scan_log`` (log_h0 form) by Hillis-Steele doubling of (log a, log b) pairs in
+    log space, ``(la1, lb1) then (la2, lb2) = (la1 + la2, logaddexp(la2 + lb1, lb2))``: exact
+    where a coefficient is 0 (log a = -inf resets the state: packed sequences), where Heinsen's
+    running sum gives NaN from there on (-inf - -inf)."""
+    la, lb = log_coeffs, log_values
+    T, offset = la.shape[1], 1
+    while offset < T:
+        la, lb = (torch.cat([la[:, :offset], la[:, offset:] + la[:, :-offset]], dim=1),
+                  torch.cat([lb[:, :offset], torch.logaddexp(la[:, offset:] + lb[:, :-offset], lb[:, offset:])], dim=1))
+        offset *= 2
+    return torch.exp(torch.logaddexp(la + log_h0.unsqueeze(1), lb))
 
 
 def _doubling(A: torch.Tensor, B: torch.Tensor, mul):

@@ -252,3 +252,62 @@ def test_inductor_reverse_fwd_bwd(op_name, seed, monkeypatch):
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
     for g, r in zip(grads, torch.autograd.grad(ref, xs)):
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+
+
+def packed_loss(op_name):
+    """A weighted loss of packed sequences' states and final states (three sequences of 9 steps)."""
+    cu = torch.tensor([0, 2, 3, 9], device=DEVICE)
+
+    def loss(*xs):
+        if op_name == "parallel_scan_log":
+            h, last = scankit.parallel_scan_log(xs[0], xs[1][:, 1:], cu_seqlens=cu, return_final_state=True)
+        else:
+            h, last = getattr(scankit, op_name)(*xs, return_prefix=False, cu_seqlens=cu, return_final_state=True)
+        w = torch.linspace(0.5, 1.5, h.shape[1], device=h.device).view(1, -1, *[1] * (h.dim() - 2))
+        return (h * w).sum() + 2 * last.sum()
+    return loss
+
+
+@pytest.mark.parametrize("op_name", PUBLIC_OPS)
+def test_joint_trace_of_packed_sequences(op_name, seed, kernels_only):
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], B=1, T=9), device=DEVICE, seed=seed)]
+    joint = Joint()
+    compiled = aot_function(packed_loss(op_name), fw_compiler=joint.run, bw_compiler=joint.run,
+                            partition_fn=joint.partition)
+    grads = torch.autograd.grad(compiled(*xs), xs)
+    name = CUSTOM_OPS[op_name]
+    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
+    for g, r in zip(grads, torch.autograd.grad(packed_loss(op_name)(*xs), xs)):
+        torch.testing.assert_close(g, r)
+
+
+@gpu
+@pytest.mark.parametrize("op_name", PUBLIC_OPS)
+def test_inductor_packed_fwd_bwd(op_name, seed, monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    torch._dynamo.reset()
+    compiled = torch.compile(packed_loss(op_name), fullgraph=True)
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), B=1, T=9),
+                                                            device=DEVICE, seed=seed)]
+    loss = compiled(*xs)
+    grads = torch.autograd.grad(loss, xs)
+    ref = packed_loss(op_name)(*xs)
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
+    for g, r in zip(grads, torch.autograd.grad(ref, xs)):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("op_name", PUBLIC_OPS)
+def test_dynamo_traces_packed_and_reverse_calls_whole(op_name, seed, kernels_only):
+    """Dynamo traces a packed, reversed call without a graph break (the offsets are not read
+    while tracing) and AOTAutograd's fake-tensor backward runs (backend aot_eager)."""
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], B=1, T=9), device=DEVICE, seed=seed)]
+    packed, backwards = packed_loss(op_name), reverse_loss(op_name)
+
+    def both(*xs):
+        return packed(*xs) + backwards(*xs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(both, fullgraph=True, backend="aot_eager")
+    for g, r in zip(torch.autograd.grad(compiled(*xs), xs), torch.autograd.grad(both(*xs), xs)):
+        torch.testing.assert_close(g, r)
