@@ -1,4 +1,13 @@
-"""Public scan ops: validate the inputs, then dispatch to the eager reference or the kernel."""
+"""Public scan ops: validate the inputs, then dispatch to the eager reference or the kernel.
+
+Every op also takes these call forms (keyword arguments):
+
+- ``reverse=True`` scans from the end, ``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1} (a prefix
+  form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
+- ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned
+  from its own h0[n] (h0 (N, ...), zeros when None; the states only), final states (N, ...)
+  (``scankit.packed``).
+"""
 from __future__ import annotations
 
 import operator
@@ -237,10 +246,7 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     ``h0`` (B,D) (zeros when None). ``return_final_state=True`` appends h_T (B,D): with
     ``return_prefix=False`` and ``h0``, scanning a sequence in pieces, each from the last
     piece's h_T, equals one call. ``dim``: the time dim (default 1; ``dim=-1`` for (B, D, T)).
-    ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
-    form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
-    ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned from
-    its own h0[n] (h0 (N, ...), zeros when None; states only), final states (N, ...) (``scankit.packed``).
+    ``reverse``, ``cu_seqlens``: the module doc.
     """
     return _along_dim(dim, _time_reversed(_linear_scan, reverse), (a, b),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
@@ -276,10 +282,7 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     Returns ``(A, Bc)`` of shapes (B,T,n,2,2), (B,T,n,2); with ``return_prefix=False``
     only h (B,T,n,2) from ``h0`` (B,n,2). ``return_final_state=True`` appends h_T (B,n,2).
     ``dim``: the time dim among the first three (default 1).
-    ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
-    form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
-    ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned from
-    its own h0[n] (h0 (N, ...), zeros when None; states only), final states (N, ...) (``scankit.packed``).
+    ``reverse``, ``cu_seqlens``: the module doc.
     """
     return _along_dim(dim, _time_reversed(_matrix_scan, reverse), (M, b),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
@@ -317,10 +320,7 @@ def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_pref
     Returns ``(Abar, Bbar)`` with ``Abar_t = A_t Abar_{t-1}``, ``Bbar_t = A_t Bbar_{t-1} + B_t``;
     with ``return_prefix=False`` only h (B,T,n,k,v) from ``h0`` (B,n,k,v).
     ``return_final_state=True`` appends h_T (B,n,k,v). ``dim``: the time dim among the first three.
-    ``reverse=True`` scans from the end (``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1}; the prefix
-    form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
-    ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned from
-    its own h0[n] (h0 (N, ...), zeros when None; states only), final states (N, ...) (``scankit.packed``).
+    ``reverse``, ``cu_seqlens``: the module doc.
     """
     return _along_dim(dim, _time_reversed(_matrix_affine_scan, reverse), (A, B),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,

@@ -212,50 +212,19 @@ def test_joint_trace_of_the_log_h0_form(seed, kernels_only):
 PUBLIC_OPS = ["parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan"]
 
 
+def _time_weights(o):
+    return torch.linspace(0.5, 1.5, o.shape[1], device=o.device).view(1, -1, *[1] * (o.dim() - 2))
+
+
 def reverse_loss(op_name):
-    """A weighted loss of the op's outputs scanned from the end (weights: a time-varying
-    function of the outputs, so every step's gradient differs)."""
+    """A time-weighted loss of the op's outputs scanned from the end (every step's gradient differs)."""
     def loss(*xs):
-        outs = as_tuple(getattr(scankit, op_name)(*xs, reverse=True))
-        return sum((o.float() * torch.linspace(0.5, 1.5, o.shape[1], device=o.device).view(1, -1, *[1] * (o.dim() - 2)))
-                   .sum() for o in outs)
+        return sum((o.float() * _time_weights(o)).sum() for o in as_tuple(getattr(scankit, op_name)(*xs, reverse=True)))
     return loss
 
 
-@pytest.mark.parametrize("op_name", PUBLIC_OPS)
-def test_joint_trace_of_reverse_scans(op_name, seed, kernels_only):
-    """reverse=True under AOTAutograd's fake-tensor trace: the kernels' ops as graph nodes and
-    the compiled grads equal eager's."""
-    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], T=9), device=DEVICE, seed=seed)]
-    joint = Joint()
-    compiled = aot_function(reverse_loss(op_name), fw_compiler=joint.run, bw_compiler=joint.run,
-                            partition_fn=joint.partition)
-    grads = torch.autograd.grad(compiled(*xs), xs)
-    name = CUSTOM_OPS[op_name]
-    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
-    for g, r in zip(grads, torch.autograd.grad(reverse_loss(op_name)(*xs), xs)):
-        torch.testing.assert_close(g, r)
-
-
-@gpu
-@pytest.mark.parametrize("op_name", PUBLIC_OPS)
-def test_inductor_reverse_fwd_bwd(op_name, seed, monkeypatch):
-    monkeypatch.setenv("MINGRU_SCAN", "triton")
-    torch._dynamo.reset()
-    compiled = torch.compile(reverse_loss(op_name), fullgraph=True)
-    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), T=257),
-                                                            device=DEVICE, seed=seed)]
-    poison_cuda_cache()
-    loss = compiled(*xs)
-    grads = torch.autograd.grad(loss, xs)
-    ref = reverse_loss(op_name)(*xs)
-    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
-    for g, r in zip(grads, torch.autograd.grad(ref, xs)):
-        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
-
-
 def packed_loss(op_name):
-    """A weighted loss of packed sequences' states and final states (three sequences of 9 steps)."""
+    """A time-weighted loss of packed sequences' states and final states (three sequences of 9 steps)."""
     cu = torch.tensor([0, 2, 3, 9], device=DEVICE)
 
     def loss(*xs):
@@ -263,44 +232,33 @@ def packed_loss(op_name):
             h, last = scankit.parallel_scan_log(xs[0], xs[1][:, 1:], cu_seqlens=cu, return_final_state=True)
         else:
             h, last = getattr(scankit, op_name)(*xs, return_prefix=False, cu_seqlens=cu, return_final_state=True)
-        w = torch.linspace(0.5, 1.5, h.shape[1], device=h.device).view(1, -1, *[1] * (h.dim() - 2))
-        return (h * w).sum() + 2 * last.sum()
+        return (h * _time_weights(h)).sum() + 2 * last.sum()
     return loss
 
 
+CALL_FORMS = {"reverse": (reverse_loss, {}), "packed": (packed_loss, dict(B=1))}
+
+
+@pytest.mark.parametrize("form", list(CALL_FORMS))
 @pytest.mark.parametrize("op_name", PUBLIC_OPS)
-def test_joint_trace_of_packed_sequences(op_name, seed, kernels_only):
-    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], B=1, T=9), device=DEVICE, seed=seed)]
+def test_joint_trace_of_reverse_and_packed_calls(op_name, form, seed, kernels_only):
+    """reverse=True and cu_seqlens= under AOTAutograd's fake-tensor trace: the kernels' ops as
+    graph nodes and the compiled grads equal eager's."""
+    make, dims = CALL_FORMS[form]
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], T=9, **dims), device=DEVICE, seed=seed)]
     joint = Joint()
-    compiled = aot_function(packed_loss(op_name), fw_compiler=joint.run, bw_compiler=joint.run,
-                            partition_fn=joint.partition)
+    compiled = aot_function(make(op_name), fw_compiler=joint.run, bw_compiler=joint.run, partition_fn=joint.partition)
     grads = torch.autograd.grad(compiled(*xs), xs)
     name = CUSTOM_OPS[op_name]
     assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
-    for g, r in zip(grads, torch.autograd.grad(packed_loss(op_name)(*xs), xs)):
+    for g, r in zip(grads, torch.autograd.grad(make(op_name)(*xs), xs)):
         torch.testing.assert_close(g, r)
-
-
-@gpu
-@pytest.mark.parametrize("op_name", PUBLIC_OPS)
-def test_inductor_packed_fwd_bwd(op_name, seed, monkeypatch):
-    monkeypatch.setenv("MINGRU_SCAN", "triton")
-    torch._dynamo.reset()
-    compiled = torch.compile(packed_loss(op_name), fullgraph=True)
-    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), B=1, T=9),
-                                                            device=DEVICE, seed=seed)]
-    loss = compiled(*xs)
-    grads = torch.autograd.grad(loss, xs)
-    ref = packed_loss(op_name)(*xs)
-    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
-    for g, r in zip(grads, torch.autograd.grad(ref, xs)):
-        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("op_name", PUBLIC_OPS)
 def test_dynamo_traces_packed_and_reverse_calls_whole(op_name, seed, kernels_only):
-    """Dynamo traces a packed, reversed call without a graph break (the offsets are not read
-    while tracing) and AOTAutograd's fake-tensor backward runs (backend aot_eager)."""
+    """Dynamo traces a packed and a reversed call without a graph break (the offsets are not
+    read while tracing) and AOTAutograd's fake-tensor backward runs (backend aot_eager)."""
     xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], B=1, T=9), device=DEVICE, seed=seed)]
     packed, backwards = packed_loss(op_name), reverse_loss(op_name)
 
@@ -311,3 +269,23 @@ def test_dynamo_traces_packed_and_reverse_calls_whole(op_name, seed, kernels_onl
     compiled = torch.compile(both, fullgraph=True, backend="aot_eager")
     for g, r in zip(torch.autograd.grad(compiled(*xs), xs), torch.autograd.grad(both(*xs), xs)):
         torch.testing.assert_close(g, r)
+
+
+@gpu
+@pytest.mark.parametrize("form", list(CALL_FORMS))
+@pytest.mark.parametrize("op_name", PUBLIC_OPS)
+def test_inductor_reverse_and_packed_fwd_bwd(op_name, form, seed, monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    make, dims = CALL_FORMS[form]
+    torch._dynamo.reset()
+    compiled = torch.compile(make(op_name), fullgraph=True)
+    T = 9 if form == "packed" else 257
+    xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), T=T, **dims),
+                                                            device=DEVICE, seed=seed)]
+    poison_cuda_cache()
+    loss = compiled(*xs)
+    grads = torch.autograd.grad(loss, xs)
+    ref = make(op_name)(*xs)
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
+    for g, r in zip(grads, torch.autograd.grad(ref, xs)):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
