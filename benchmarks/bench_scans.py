@@ -70,6 +70,30 @@ class References(Scans):
         return suite.op_cells(impls=self.IMPLS)
 
 
+class CallForms:
+    """Each op's state form at one packed-size shape (grid.FORMS_SHAPE), triton: the dense call
+    beside ``reverse=True`` and ``cu_seqlens=`` (grid.PACKED_SEQUENCES sequences), device time."""
+    params = [list(grid.FORM_OPS), list(grid.FORMS), list(grid.DIRECTIONS)]
+    param_names = ["op", "form", "direction"]
+    timeout = 1800
+
+    @long_setup_cache
+    def setup_cache(self):
+        from benchmarks.harness import suite
+
+        return suite.form_cells()
+
+    def setup(self, cells, op, form, direction):
+        if (op, form, direction) not in cells["device_time"]:
+            raise NotImplementedError(cells["skipped"].get((op, form, direction), "not measured in this run"))
+
+    def track_device_time(self, cells, op, form, direction):
+        return cached(cells["device_time"], (op, form, direction))
+
+    track_device_time.unit = "seconds"
+    track_device_time.version = VERSION
+
+
 def track_copy_bandwidth():
     """Device-to-device copy in TB/s (10^12 bytes read + written per second): the roofline
     of every op."""

@@ -37,6 +37,13 @@ SCALING_OPS = (STATE_OP, "parallel_scan_log")
 SCALING_LOG2T = tuple(range(10, 21))
 SCALING_B, SCALING_D = 1, 1024
 DIRECTIONS = ("fwd", "fwdbwd")
+# Call forms (benchmarks.bench_scans.CallForms): each op's state form at one packed-size shape,
+# dense beside reverse=True and cu_seqlens= (PACKED_SEQUENCES sequences of seeded random lengths
+# 1 .. 2 * FORMS_SHAPE.T / PACKED_SEQUENCES summing to T), triton, device time
+FORM_OPS = ("parallel_scan_log", STATE_OP, "matrix_scan", "matrix_affine_scan")
+FORMS = ("dense", "reverse", "packed")
+FORMS_SHAPE = Shape("forms", B=1, T=2 ** 18, D=256, d=64)
+PACKED_SEQUENCES = 64
 PARITY_DIRECTIONS = ("fwd", "grad")
 MIXER_LABELS = ("GivensMinGRU(k=8,R=3)", "GivensMinGRU(k=4,R=2,decay)", "GivensMinGRU(k=16,R=1)",
                 "RotationMinGRU", "RotationMinGRU(snap,decay)")

@@ -309,6 +309,94 @@ def _compile_then_measure(keys: list, gate) -> dict:
     return cells
 
 
+def packed_lengths(T: int, n: int, seed: int = 0) -> list[int]:
+    """``n`` seeded random sequence lengths in 1 .. 2 T / n that sum to ``T``."""
+    import random
+
+    rng = random.Random(seed)
+    raw = [rng.randint(1, max(1, 2 * T // n)) for _ in range(n)]
+    lengths = [max(1, round(r * T / sum(raw))) for r in raw]
+    lengths[-1] += T - sum(lengths)
+    while lengths[-1] < 1:  # rounding took too much: give the last one back from the longest
+        longest = lengths.index(max(lengths[:-1]))
+        lengths[longest] -= 1
+        lengths[-1] += 1
+    return lengths
+
+
+def _form_workload(op_name: str, form: str, direction: str, dims: dict, dev: str):
+    """The triton state-form call of ``op_name`` in ``form`` (dense, reverse=True, cu_seqlens=)
+    on seeded inputs at ``dims``, as ``measure.callable_workload`` runs it."""
+    import torch
+
+    import scankit
+
+    from . import measure
+    from .cases import OPS
+
+    xs = OPS[op_name].inputs(dims, device=dev, requires_grad=direction == "fwdbwd")
+    kwargs = dict(reverse=True) if form == "reverse" else {}
+    if form == "packed":
+        bounds = [0]
+        for n in packed_lengths(dims["T"], grid.PACKED_SEQUENCES if dev == "cuda" else 3):
+            bounds.append(bounds[-1] + n)
+        kwargs = dict(cu_seqlens=torch.tensor(bounds, device=dev))
+    if op_name == "parallel_scan_log":
+        def call(lc, lv):
+            return scankit.parallel_scan_log(lc, lv[:, 1:], log_h0=None if form == "packed" else lv[:, 0], **kwargs)
+    else:
+        public = OPS[op_name].public
+
+        def call(a, b):
+            return getattr(scankit, public)(a, b, return_prefix=False, **kwargs)
+    return measure.callable_workload(call, xs, direction)
+
+
+def form_cells() -> dict:
+    """Device time of each op's state form, dense, reverse=True and cu_seqlens=, at
+    grid.FORMS_SHAPE (tiny, interpreted, on the CPU): the call forms beside the dense call. A
+    commit whose scankit lacks a form records its cells n/a with the reason."""
+    from . import measure
+
+    dev = device()
+    out = dict(device_time={}, skipped={})
+    with measure.scan_mode("triton"):  # the kernels (interpreted on the CPU), set once, not per call
+        for op in grid.FORM_OPS:
+            for form in grid.FORMS:
+                for direction in grid.DIRECTIONS:
+                    _form_cell(op, form, direction, _form_dims(op, dev), dev, out)
+    return out
+
+
+def _form_dims(op: str, dev: str) -> dict:
+    s = grid.FORMS_SHAPE
+    dims = (dict(B=1, T=s.T, D=s.D) if op in ("parallel_scan_log", grid.STATE_OP) else
+            dict(B=1, T=s.T, n=s.d // 2) if op == "matrix_scan" else dict(B=1, T=s.T, n=s.d // 8, k=8, v=1))
+    return dims if dev == "cuda" else dict(dims, T=13, **({"D": 4} if "D" in dims else {"n": 1}))
+
+
+def _form_cell(op: str, form: str, direction: str, dims: dict, dev: str, out: dict) -> None:
+    import torch
+
+    from . import measure
+
+    key = (op, form, direction)
+    try:
+        fn = _form_workload(op, form, direction, dims, dev)
+        fn()
+    except TypeError as exc:  # an older commit's op has no reverse= / cu_seqlens=; anything else is a failure
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        out["skipped"][key] = f"scankit at this commit has no {form} form: {exc}"[:200]
+        return
+    if dev == "cpu":
+        out["device_time"][key] = dict(samples=[_wall(fn) for _ in range(3)], number=1)
+        return
+    out["device_time"][key] = measure.device_time(fn)
+    del fn
+    torch.cuda.empty_cache()
+
+
 def missing_in_commit(op_name: str):
     """Why the installed scankit cannot run ``op_name`` (an older commit), or None."""
     import scankit
