@@ -6,7 +6,9 @@ Each op (the benchmark registry's cells: triton impl, fwd and fwd+bwd) is called
 and timed on the wall clock; then the kernel launches of one call are recorded (kernel, grid,
 arguments) and replayed on their own, ``kernel[grid](...)`` as scankit makes them: what Triton's
 argument binder and launcher cost. scankit's share is the difference (validation, dispatch,
-autograd, allocation, geometry). fwd+bwd back-propagates a fixed grad output, made once.
+autograd, allocation, geometry). ``wrap_fwd_us`` / ``wrap_bwd_us``: the time inside the kernel
+wrappers (geometry, allocations and the launches), forward and backward; the rest is the op's
+validation, dispatch and autograd. fwd+bwd back-propagates a fixed grad output, made once.
 
 On a GPU the calls run (the shapes' device time is far below their host time at ``lab``: the
 GPU is kept fed, the host is what is measured). Without one, Triton compiles each launch for
@@ -66,6 +68,42 @@ def _recorded_launches(fn) -> list:
     with Launches(record=True) as seen:
         fn()
     return seen.calls
+
+
+def _inside_wrappers_us(fn, calls: int) -> tuple[float, float]:
+    """Microseconds per call spent inside the kernel wrappers (``_forward`` / ``_backward`` of
+    scankit.triton's elementwise and affine modules: geometry, allocations, launches), forward
+    and backward apart; the rest of a call is validation, dispatch and autograd (the engine's
+    thread included, where the backward runs on a GPU)."""
+    from scankit.triton import affine, elementwise
+
+    spent = {"_forward": 0.0, "_backward": 0.0}
+    saved = []
+
+    def timed(name, inner):
+        def run(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                spent[name] += time.perf_counter() - t0
+        return run
+
+    for module in (elementwise, affine):
+        for name in spent:
+            saved.append((module, name, getattr(module, name)))
+            setattr(module, name, timed(name, getattr(module, name)))
+    try:
+        fn()
+        spent.update({k: 0.0 for k in spent})
+        for _ in range(calls):
+            fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    finally:
+        for module, name, inner in saved:
+            setattr(module, name, inner)
+    return spent["_forward"] / calls * 1e6, spent["_backward"] / calls * 1e6
 
 
 def _floor(x, direction: str):
@@ -145,8 +183,10 @@ def main(argv=None) -> int:
                     for kernel, grid_, a, meta in launches:
                         common.launch(kernel, grid_, *a, **meta)
             triton_us = _per_call_us(replay, args.calls)
+            in_fwd, in_bwd = _inside_wrappers_us(fn, args.calls)
             rows.append(dict(op=op_name, direction=direction, launches=len(launches), total_us=round(total, 1),
-                             triton_us=round(triton_us, 1), scankit_us=round(total - triton_us, 1)))
+                             triton_us=round(triton_us, 1), scankit_us=round(total - triton_us, 1),
+                             wrap_fwd_us=round(in_fwd, 1), wrap_bwd_us=round(in_bwd, 1)))
             if args.graphs and on_gpu:
                 rows[-1]["graphs_us"] = round(_per_call_us(_graphed(op_name, direction, xs), args.calls), 1)
             if args.profile:
@@ -160,7 +200,7 @@ def main(argv=None) -> int:
             x = x.detach().reshape(-1)[:1].clone().requires_grad_(direction == "fwdbwd")
         rows.append(dict(op="torch floor", direction=direction, launches=None,
                          total_us=round(_per_call_us(_floor(x, direction), args.calls), 1), triton_us=None,
-                         scankit_us=None))
+                         scankit_us=None, wrap_fwd_us=None, wrap_bwd_us=None))
         print(*rows[-1].values(), flush=True)
     where = torch.cuda.get_device_name() if on_gpu else "CPU (sm_90 compiled, not launched)"
     print(f"\nhost time per call at {args.shape}, {where}, median of 5 blocks of {args.calls} calls")
