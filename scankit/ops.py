@@ -4,6 +4,8 @@ Every op also takes these call forms (keyword arguments):
 
 - ``reverse=True`` scans from the end, ``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1} (a prefix
   form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
+  The elementwise kernels walk time backwards in place; the block ops (and every eager
+  reference) flip the inputs and outputs instead (``_time_reversed``: copies).
 - ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned
   from its own h0[n] (h0 (N, ...), zeros when None; the states only), final states (N, ...)
   (``scankit.packed``).
@@ -62,25 +64,35 @@ def _check_h0(h0, ref: torch.Tensor, ref_name: str, expected: tuple, layout: str
     _check_shape("h0", h0, expected, layout)
 
 
-def _with_final(out, return_final_state: bool):
-    """``out``, and with ``return_final_state`` the last state h_T after it: of the states
-    (``return_prefix=False``, the log op) or of the solution from h_0 = 0 (the prefix form; the
-    total transition is the prefix's last step). A copy, so that keeping h_T (streaming,
-    chunked prefill) does not keep every step's state alive."""
+def _with_final(out, return_final_state: bool, reverse: bool = False):
+    """``out``, and with ``return_final_state`` the last state h_T after it (h_1 of a scan from
+    the end): of the states (``return_prefix=False``, the log op) or of the solution from
+    h_0 = 0 (the prefix form; the total transition is the prefix's last step). A copy, so that
+    keeping it (streaming, chunked prefill) does not keep every step's state alive."""
     if return_final_state is False:
         return out
     if return_final_state is not True:
         raise TypeError(f"return_final_state must be True or False; got {return_final_state!r}")
+    last = 0 if reverse else -1
     if isinstance(out, tuple):
-        return (*out, out[-1][:, -1].clone())
-    return out, out[:, -1].clone()
+        return (*out, out[-1][:, last].clone())
+    return out, out[:, last].clone()
+
+
+def _check_reverse(reverse) -> None:
+    if reverse is not True and reverse is not False:
+        raise TypeError(f"reverse must be True or False; got {reverse!r}")
 
 
 def _packed(kind: str, op, name: str, coeffs, inputs, h0, cu_seqlens, tail: tuple, layout: str,
-            return_final_state, h0_name: str = "h0", **op_kwargs):
+            return_final_state, h0_name: str = "h0", reverse: bool = False, **op_kwargs):
     """``op``'s states of the packed sequences ``cu_seqlens`` (``scankit.packed``): each from
-    its own h0[n] (zeros when None), final states (N, ...) with ``return_final_state``."""
+    its own h0[n] (zeros when None), final states (N, ...) with ``return_final_state``;
+    ``reverse``: ``op`` scans from the end (given ``reverse=True``), each sequence from its last step."""
     starts, ends = packed.offsets(cu_seqlens, coeffs, name)
+    if reverse:  # a sequence's scan starts at its last step and ends at its first
+        starts, ends = ends - 1, starts + 1
+        op_kwargs["reverse"] = True
     if h0 is not None:
         _check_tensor(h0_name, h0, 1 + len(tail), layout)
         _check_same(name, coeffs, h0_name, h0)
@@ -92,24 +104,25 @@ def _packed(kind: str, op, name: str, coeffs, inputs, h0, cu_seqlens, tail: tupl
     return (h, packed.final_states(h, ends)) if return_final_state else h
 
 
-def _log_scan_with_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+def _log_scan_with_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor, reverse: bool = False) -> torch.Tensor:
     """The log op over coefficients that reset (log a = -inf at packed sequence starts), from
     h_0 = 0: the kernels take -inf as a = 0; the eager path is the reference's log-space doubling
     (Heinsen's running sum cannot pass a -inf)."""
     no_state = log_coeffs.new_full((log_coeffs.shape[0], log_coeffs.shape[2]), float("-inf"))
+    eager = _time_reversed(reference.parallel_scan_log_resets, reverse)
     return dispatch.run(
         "parallel_scan_log",
         log_coeffs.device,
-        lambda: reference.parallel_scan_log_resets(log_coeffs, log_values, no_state),
-        lambda k: k.parallel_scan_log(log_coeffs, log_values, no_state),
+        lambda: eager(log_coeffs, log_values, no_state),
+        lambda k: k.parallel_scan_log(log_coeffs, log_values, no_state, reverse),
     )
 
 
 def _time_reversed(op, reverse):
     """``op`` (time at dim 1) scanning from the end when ``reverse``: h_t = a_t h_{t+1} + b_t,
-    from h0 = h_{T+1}; the outputs in the inputs' time order, the final state h_1. Today the
+    from h0 = h_{T+1}; the outputs in the inputs' time order, the final state h_1. The
     time-indexed inputs go in flipped and the outputs come back flipped (copies, with their
-    gradients); kernels that read time backwards in place are still to come (NOTES.md)."""
+    gradients): the block ops and the eager references (the elementwise kernels need none)."""
     if reverse is False:
         return op
     if reverse is not True:
@@ -190,9 +203,10 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     16384 on minGRU-like inputs, where the kernel stays near 1e-7) because it subtracts a
     running sum of log_coeffs that grows with T; give it float64 inputs for long sequences.
     """
-    op = _parallel_scan_log if reverse is False else _log_slot_apart(_time_reversed(_parallel_scan_log, reverse))
+    _check_reverse(reverse)
+    op = _log_slot_apart(_parallel_scan_log) if reverse else _parallel_scan_log
     return _along_dim(dim, op, (log_coeffs, log_values),
-                      dict(log_h0=log_h0, return_final_state=return_final_state, cu_seqlens=cu_seqlens))
+                      dict(log_h0=log_h0, return_final_state=return_final_state, cu_seqlens=cu_seqlens, reverse=reverse))
 
 
 def _log_slot_apart(op):
@@ -207,7 +221,7 @@ def _log_slot_apart(op):
 
 
 def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
-                       return_final_state: bool = False, cu_seqlens=None):
+                       return_final_state: bool = False, cu_seqlens=None, reverse: bool = False):
     _check_tensor("log_coeffs", log_coeffs, 3, "(B, T, D)")
     _check_time("log_coeffs", log_coeffs)
     B, T, D = log_coeffs.shape
@@ -216,7 +230,7 @@ def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, lo
         _check_same("log_coeffs", log_coeffs, "log_values", log_values)
         _check_shape("log_values", log_values, (B, T, D), "(1, T, D) like log_coeffs with cu_seqlens (h_0: log_h0 (N, D))")
         return _packed("log", _log_scan_with_resets, "log_coeffs", log_coeffs, log_values, log_h0, cu_seqlens, (D,),
-                       "(N, D)", return_final_state, h0_name="log_h0")
+                       "(N, D)", return_final_state, h0_name="log_h0", reverse=reverse)
     if log_h0 is None:
         _check_tensor("log_values", log_values, 3, "(B, T+1, D)")
         _check_same("log_coeffs", log_coeffs, "log_values", log_values)
@@ -228,12 +242,13 @@ def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, lo
         _check_tensor("log_h0", log_h0, 2, "(B, D)")
         _check_same("log_coeffs", log_coeffs, "log_h0", log_h0)
         _check_shape("log_h0", log_h0, (B, D), "(B, D)")
+    eager = _time_reversed(reference.parallel_scan_log, reverse)  # reverse: log_h0 apart (_log_slot_apart)
     return _with_final(dispatch.run(
         "parallel_scan_log",
         log_coeffs.device,
-        lambda: reference.parallel_scan_log(log_coeffs, log_values, log_h0),
-        lambda k: k.parallel_scan_log(log_coeffs, log_values, log_h0),
-    ), return_final_state)
+        lambda: eager(log_coeffs, log_values, log_h0),
+        lambda k: k.parallel_scan_log(log_coeffs, log_values, log_h0, reverse),
+    ), return_final_state, reverse)
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
@@ -248,13 +263,14 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     piece's h_T, equals one call. ``dim``: the time dim (default 1; ``dim=-1`` for (B, D, T)).
     ``reverse``, ``cu_seqlens``: the module doc.
     """
-    return _along_dim(dim, _time_reversed(_linear_scan, reverse), (a, b),
+    _check_reverse(reverse)
+    return _along_dim(dim, _linear_scan, (a, b),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
-                           cu_seqlens=cu_seqlens))
+                           cu_seqlens=cu_seqlens, reverse=reverse))
 
 
 def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                 return_final_state: bool = False, cu_seqlens=None):
+                 return_final_state: bool = False, cu_seqlens=None, reverse: bool = False):
     _check_tensor("a", a, 3, "(B, T, D)")
     _check_time("a", a)
     _check_tensor("b", b, 3, "(B, T, D)")
@@ -264,14 +280,15 @@ def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
         if return_prefix:
             raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
         return _packed("elementwise", _linear_scan, "a", a, b, h0, cu_seqlens, (a.shape[2],), "(N, D)",
-                       return_final_state, return_prefix=False)
+                       return_final_state, reverse=reverse, return_prefix=False)
     _check_h0(h0, a, "a", (a.shape[0], a.shape[2]), "(B, D)", return_prefix)
+    eager = _time_reversed(reference.linear_scan, reverse)
     return _with_final(dispatch.run(
         "linear_scan",
         a.device,
-        lambda: reference.linear_scan(a, b, h0=h0, return_prefix=return_prefix),
-        lambda k: k.linear_scan(a, b, h0=h0, return_prefix=return_prefix),
-    ), return_final_state)
+        lambda: eager(a, b, h0=h0, return_prefix=return_prefix),
+        lambda k: k.linear_scan(a, b, h0=h0, return_prefix=return_prefix, reverse=reverse),
+    ), return_final_state, reverse)
 
 
 def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,

@@ -83,6 +83,12 @@ def _shape_classes():
             yield f"linear_scan state h0 {cls} {dtype}", "linear_scan", (a, b), dict(h0=h0, return_prefix=False)
             yield f"parallel_scan_log {cls} {dtype}", "parallel_scan_log", (a.log().neg(), r(B, T + 1, D, dtype=dtype)), {}
             yield f"parallel_scan_log log_h0 {cls} {dtype}", "parallel_scan_log", (a.log().neg(), b), dict(log_h0=h0)
+            if dtype == torch.float32:  # the kernels' reversed time (REV)
+                yield f"linear_scan reverse {cls}", "linear_scan", (a, b), dict(reverse=True)
+                yield f"linear_scan state h0 reverse {cls}", "linear_scan", (a, b), \
+                    dict(h0=h0, return_prefix=False, reverse=True)
+                yield f"parallel_scan_log reverse {cls}", "parallel_scan_log", (a.log().neg(), b), \
+                    dict(log_h0=h0, reverse=True)
     for cls, (B, T, n) in {"wide": (64, 512, 64), "narrow": (1, 4096, 4), "short": (8, 64, 8)}.items():
         M, x, h = r(B, T, n, 2, 2), r(B, T, n, 2), r(B, n, 2)
         yield f"matrix_scan {cls}", "matrix_scan", (M, x), {}

@@ -415,3 +415,74 @@ def test_log_op_with_log_h0_apart(T, layout, seed, launches):
     # the same numbers as the slot-0 form, and no concatenation here
     slot = scankit.parallel_scan_log(xs[0].detach(), torch.cat([h0.detach().unsqueeze(1), xs[1].detach()], dim=1))
     torch.testing.assert_close(h.detach(), slot, atol=0, rtol=0)
+
+
+def _reverse_check(op_name, xs, h0, out, atol=1e-5, grad_atol=1e-4):
+    """A reversed call's states (and prefix) and input grads against the float64 loop run backwards."""
+    from oracles import affine_loop, log_loop
+
+    leaves = [x for x in (*xs, h0) if x is not None]
+    ref_leaves = [x.detach().double().cpu().requires_grad_() for x in leaves]
+    ref_h0 = ref_leaves[-1] if h0 is not None else None
+    if op_name == "parallel_scan_log":
+        ref = (log_loop(ref_leaves[0], torch.cat([ref_h0.unsqueeze(1), ref_leaves[1]], dim=1), reverse=True),)
+    else:
+        A, Bc, h = affine_loop(ref_leaves[0], ref_leaves[1], h0=ref_h0, elementwise=True, reverse=True)
+        ref = (A, Bc) if h0 is None else (h,)
+    out = as_tuple(out)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o.detach().cpu().double(), r.detach(), atol=atol, rtol=1e-5)
+    w = [torch.randn(r.shape, dtype=torch.float64) for r in ref]
+    grads = torch.autograd.grad(sum((o * x.to(o)).sum() for o, x in zip(out, w)), leaves)
+    ref_grads = torch.autograd.grad(sum((r * x).sum() for r, x in zip(ref, w)), ref_leaves)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g.cpu().double(), r, atol=grad_atol, rtol=1e-5)
+
+
+@pytest.mark.parametrize("T", [1, 13, 150])
+@pytest.mark.parametrize("form", ["prefix", "states"])
+def test_reverse_walks_time_backwards_in_the_kernels(form, T, seed, lookback, launches):
+    """reverse=True in the elementwise kernels on every path (one pass, chunked summaries,
+    look-back; strided inputs): against the backwards float64 loop, grads included, and no
+    copy of the inputs or outputs (only the scan's own kernels launch)."""
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.rand(2, T, 33, generator=g) * 0.5 + 0.5).transpose(0, 1).contiguous().transpose(0, 1)
+    b = torch.rand(2, T, 33, generator=g) - 0.5
+    xs = [x.to(DEVICE).requires_grad_() for x in (a, b)]
+    h0 = (torch.rand(2, 33, generator=g) - 0.5).to(DEVICE).requires_grad_() if form == "states" else None
+    out = scankit.linear_scan(*xs, h0=h0, return_prefix=form == "prefix", reverse=True)
+    _reverse_check("linear_scan", xs, h0, out)
+    assert set(launches) <= {"_fwd_kernel", "_bwd_kernel", "_fwd_lookback_kernel", "_bwd_lookback_kernel"}, launches
+
+
+@pytest.mark.parametrize("T", [1, 13, 150])
+def test_reverse_log_op_in_the_kernels(T, seed, lookback, launches):
+    g = torch.Generator().manual_seed(seed)
+    lc, lv, lh0 = (-torch.rand(2, T, 5, generator=g) * 2, torch.randn(2, T, 5, generator=g),
+                   torch.randn(2, 5, generator=g))
+    xs = [x.to(DEVICE).requires_grad_() for x in (lc, lv)]
+    lh0 = lh0.to(DEVICE).requires_grad_()
+    _reverse_check("parallel_scan_log", xs, lh0, scankit.parallel_scan_log(*xs, log_h0=lh0, reverse=True))
+    assert set(launches) <= {"_log_fwd_kernel", "_log_bwd_kernel"}, launches
+
+
+@pytest.mark.parametrize("T", [13, 150])
+def test_reverse_log_op_beyond_fp32_exp_range(T, seed, launches):
+    """The row-by-row log-space redo (growing coefficients, e^+-120) walking time backwards:
+    equal to the forward kernels on the time-reversed inputs (themselves checked against the
+    float64 loop in test_log_op_beyond_fp32_exp_range), values and grads."""
+    gen = torch.Generator().manual_seed(seed)
+    lc, lv = wide_range_log_inputs(2, T, 5, gen)
+    # reversed in time, these are the same extremes: scan them from the end
+    xs = [lc.flip(1).to(DEVICE).requires_grad_(), lv[:, 1:].flip(1).to(DEVICE).requires_grad_()]
+    lh0 = lv[:, 0].to(DEVICE).requires_grad_()
+    h = scankit.parallel_scan_log(*xs, log_h0=lh0, reverse=True)
+    want = scankit.parallel_scan_log(lc.to(DEVICE), lv.to(DEVICE)).flip(1)
+    torch.testing.assert_close(h.detach(), want, atol=0, rtol=2e-5)
+    w = torch.randn(h.shape, generator=gen).to(DEVICE)
+    got = torch.autograd.grad((h.log() * w).sum(), [*xs, lh0])
+    fwd_in = [lc.to(DEVICE).requires_grad_(), lv.to(DEVICE).requires_grad_()]
+    ref = torch.autograd.grad((scankit.parallel_scan_log(*fwd_in).flip(1).log() * w).sum(), fwd_in)
+    torch.testing.assert_close(got[0], ref[0].flip(1), atol=2e-5 * ref[0].abs().max().item(), rtol=1e-4)
+    torch.testing.assert_close(got[1], ref[1][:, 1:].flip(1), atol=2e-5 * ref[1].abs().max().item(), rtol=1e-4)
+    torch.testing.assert_close(got[2], ref[1][:, 0], atol=2e-5 * ref[1].abs().max().item(), rtol=1e-4)

@@ -8,26 +8,26 @@ from . import affine, elementwise, givens
 from .common import check_envelope
 
 
-def parallel_scan_log(log_coeffs, log_values, log_h0=None):
+def parallel_scan_log(log_coeffs, log_values, log_h0=None, reverse=False):
     check_envelope("parallel_scan_log", log_coeffs, log_values, log_h0)
-    return elementwise.log_scan(log_coeffs, log_values, log_h0)
+    return elementwise.log_scan(log_coeffs, log_values, log_h0, reverse)
 
 
-def linear_scan(a, b, *, h0=None, return_prefix=True):
+def linear_scan(a, b, *, h0=None, return_prefix=True, reverse=False):
     check_envelope("linear_scan", a, b, h0)
-    prod, h = elementwise.linear_scan(a, b, h0, return_prefix)
+    prod, h = elementwise.linear_scan(a, b, h0, return_prefix, reverse)
     return (prod, h) if return_prefix else h
 
 
 def matrix_affine_scan(A, B, *, h0=None, return_prefix=True):
     check_envelope("matrix_affine_scan", A, B, h0, kv=(A.shape[-1], B.shape[-1]))
-    Abar, out = affine.affine_scan(A, B, h0, return_prefix)
+    Abar, out = affine.affine_scan(A, B, h0, return_prefix, False)
     return (Abar, out) if return_prefix else out
 
 
 def matrix_scan(M, b, *, h0=None, return_prefix=True):
     check_envelope("matrix_scan", M, b, h0)
-    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix)
+    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix, False)
     return (Abar, out.squeeze(-1)) if return_prefix else out.squeeze(-1)
 
 

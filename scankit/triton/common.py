@@ -312,32 +312,34 @@ def prefix_scan_op(name: str, forward, backward):
     """The custom ops ``scankit::{name}_fwd`` / ``_bwd`` of an affine scan (fake impls and
     autograd included) and the callable the entry points use.
 
-    ``forward(coeffs, inputs, h0, return_prefix) -> (prefix or None, states)``;
-    ``backward(coeffs, h0, prefix, states, g_prefix, g_states) -> (d_coeffs, d_inputs, d_h0 or None)``.
+    ``forward(coeffs, inputs, h0, return_prefix, reverse) -> (prefix or None, states)``;
+    ``backward(coeffs, h0, prefix, states, g_prefix, g_states, reverse) -> (d_coeffs, d_inputs, d_h0 or None)``
+    (``reverse``: the scan runs from the end of time).
     """
     def fwd(coeffs: torch.Tensor, inputs: torch.Tensor, h0: Optional[torch.Tensor],
-            return_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        prefix, states = forward(coeffs, inputs, h0 if not return_prefix else None, return_prefix)
+            return_prefix: bool, reverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        prefix, states = forward(coeffs, inputs, h0 if not return_prefix else None, return_prefix, reverse)
         return (prefix if prefix is not None else states.new_empty(0)), states
 
     def bwd(coeffs: torch.Tensor, h0: Optional[torch.Tensor], prefix: torch.Tensor, states: torch.Tensor,
-            g_prefix: Optional[torch.Tensor], g_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        d_coeffs, d_inputs, d_h0 = backward(coeffs, h0, prefix, states, g_prefix, g_states)
+            g_prefix: Optional[torch.Tensor], g_states: torch.Tensor,
+            reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        d_coeffs, d_inputs, d_h0 = backward(coeffs, h0, prefix, states, g_prefix, g_states, reverse)
         return d_coeffs, d_inputs, (d_h0 if d_h0 is not None else coeffs.new_empty(0))
 
     fwd_op = triton_op(f"scankit::{name}_fwd", mutates_args={})(fwd)
     bwd_op = triton_op(f"scankit::{name}_bwd", mutates_args={})(bwd)
-    fwd_op.register_fake(lambda coeffs, inputs, h0, return_prefix: (
+    fwd_op.register_fake(lambda coeffs, inputs, h0, return_prefix, reverse: (
         empty_like_shape(coeffs.shape if return_prefix else (0,), coeffs), empty_like_shape(inputs.shape, inputs)))
-    bwd_op.register_fake(lambda coeffs, h0, prefix, states, g_prefix, g_states: (
+    bwd_op.register_fake(lambda coeffs, h0, prefix, states, g_prefix, g_states, reverse: (
         empty_like_shape(coeffs.shape, coeffs), empty_like_shape(states.shape, coeffs),
         empty_like_shape(h0.shape if h0 is not None else (0,), coeffs)))
     return prefix_scan_autograd(fwd_op, fwd, bwd_op, bwd)
 
 
 def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
-    """Autograd of an affine scan op ``fwd(coeffs, inputs, h0, return_prefix) -> (prefix, states)``
-    through ``bwd(coeffs, h0, prefix, states, g_prefix, g_states) -> (d_coeffs, d_inputs, d_h0)``;
+    """Autograd of an affine scan op ``fwd(coeffs, inputs, h0, return_prefix, reverse) -> (prefix, states)``
+    through ``bwd(coeffs, h0, prefix, states, g_prefix, g_states, reverse) -> (d_coeffs, d_inputs, d_h0)``;
     returns the callable of ``with_autograd``.
 
     With ``return_prefix`` the prefix output is real and h0 unused; without it the prefix is
@@ -345,7 +347,7 @@ def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
     bwd = either(bwd_op, bwd_impl)
 
     def setup(ctx, inputs, output):
-        coeffs, _, h0, return_prefix = inputs
+        coeffs, _, h0, return_prefix, ctx.reverse = inputs
         ctx.return_prefix = return_prefix
         ctx.has_h0 = h0 is not None and not return_prefix
         ctx.save_for_backward(coeffs, h0 if ctx.has_h0 else None, *output)
@@ -358,7 +360,7 @@ def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
             g_prefix = g_prefix if g_prefix is not None else torch.zeros_like(prefix)
         else:
             g_prefix = None
-        d_coeffs, d_inputs, d_h0 = bwd(coeffs, h0, prefix, states, g_prefix, g_states)
-        return d_coeffs, d_inputs, (d_h0 if ctx.has_h0 else None), None
+        d_coeffs, d_inputs, d_h0 = bwd(coeffs, h0, prefix, states, g_prefix, g_states, ctx.reverse)
+        return d_coeffs, d_inputs, (d_h0 if ctx.has_h0 else None), None, None
 
     return with_autograd(fwd_op, fwd_impl, setup, backward)

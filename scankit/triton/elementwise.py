@@ -12,6 +12,10 @@ chunk in parallel, each program first folding the summaries of the chunks before
 it, backward) into its carry-in: two launches, no scan of the summaries in between;
 ``linear_scan`` runs single-pass with decoupled look-back there instead (``common.LOOKBACK``).
 
+A scan from the end (``reverse``, constexpr REV) maps every time-indexed address through
+``_row`` (step t at memory row T - 1 - t): the same kernels walk time backwards in place,
+their tiles, chunks, look-back and carries in scan order.
+
 The log op (``parallel_scan_log``) carries its state between chunks as log h. A chunk is
 walked as above in linear space (a = exp(log_coeffs), b = exp(log_values), fp32), which is
 exact where the coefficients only decay (a <= 1), the log values lie within +-LOG_RANGE and
@@ -48,6 +52,16 @@ LOG_SPAN = tl.constexpr(1.1420073898156842e26)  # e^LOG_RANGE
 def _combine(a1, b1, a2, b2):
     """(a1, b1) then (a2, b2): x -> a2 (a1 x + b1) + b2."""
     return a1 * a2, a2 * b1 + b2
+
+
+@triton.jit
+def _row(r, T, REV: tl.constexpr):
+    """The memory row of time step ``r``: ``r``, or ``T - 1 - r`` for a scan from the end
+    (REV: every time-indexed address goes through here, so the kernels walk time backwards in
+    place; the logic, masks and carries stay in scan order)."""
+    if REV:
+        r = T - 1 - r
+    return r
 
 
 @triton.jit
@@ -122,6 +136,7 @@ def _fwd_kernel(
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    REV: tl.constexpr,
 ):
     """Linear recurrence over this program's chunk. Main pass: states h (and running
     products when WRITE_A) from h_0, carried through the summaries of the chunks before this
@@ -143,11 +158,11 @@ def _fwd_kernel(
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
+        a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
-            out_off = out_base + rows[:, None] * D
+            out_off = out_base + _row(rows, T, REV)[:, None] * D
             tl.store(out_h_ptr + out_off, hs.to(out_h_ptr.dtype.element_ty), mask=mask)
             if WRITE_A:
                 tl.store(out_a_ptr + out_off, (a_run * prod[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
@@ -164,7 +179,7 @@ def _log_fwd_kernel(
     lc_ptr, lv_ptr, lh0_ptr, sum_a_ptr, sum_h_ptr, out_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
 ):
     """The log op over this program's chunk; log b_t is row t + V0 of lv (V0 = 1: slot 0 of
     log_values is log h_0, which lh0 then points at too; V0 = 0: log_h0 given apart).
@@ -190,12 +205,13 @@ def _log_fwd_kernel(
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        lc, lv = _load_ab(lc_ptr, lv_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True, V0)
+        lc, lv = _load_ab(lc_ptr, lv_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True,
+                          V0)
         a, b = tl.exp(lc), tl.exp(lv)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
-            tl.store(out_ptr + out_base + rows[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptr + out_base + _row(rows, T, REV)[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
         # exact where: decays only, |log b| <= LOG_RANGE, carry <= e^LOG_RANGE b (from a and b,
         # live anyway: fewer registers than from the logs)
         far = (a > 1.0) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | (h[None, :] > LOG_SPAN * b)
@@ -209,11 +225,12 @@ def _log_fwd_kernel(
         ell = ell_in
         lsum = tl.zeros((BLOCK_D,), tl.float32)
         for t in range(t_lo, tl.minimum(t_lo + CHUNK, T)):
-            lc = tl.load(lc_ptr + bi * sa_b + t * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-            lv = tl.load(lv_ptr + bi * sb_b + (t + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
+            m = _row(t, T, REV)
+            lc = tl.load(lc_ptr + bi * sa_b + m * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+            lv = tl.load(lv_ptr + bi * sb_b + (m + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
             ell = _logaddexp(lc + ell, lv.to(tl.float32))
             if not SUMMARY:
-                tl.store(out_ptr + bi * T * D + t * D + d, tl.exp(ell).to(out_ptr.dtype.element_ty), mask=dmask)
+                tl.store(out_ptr + bi * T * D + m * D + d, tl.exp(ell).to(out_ptr.dtype.element_ty), mask=dmask)
             lsum += lc
     if SUMMARY:
         side = (bi * NC + ci) * D + d
@@ -301,6 +318,7 @@ def _fwd_lookback_kernel(
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, WRITE_A: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
+    REV: tl.constexpr,
 ):
     """Single-pass forward of the linear recurrence: one (BLOCK_T, BLOCK_D) tile per program,
     its carry-in from the tiles before it by decoupled look-back (status words after the
@@ -310,7 +328,7 @@ def _fwd_lookback_kernel(
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
-    a, b = _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
+    a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
     init_h = _initial_state(h0_ptr, bi, d, when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
@@ -318,30 +336,32 @@ def _fwd_lookback_kernel(
     carry_a, carry_h = _carry_in(words, words + STRIDE_T * tl.cdiv(T, BLOCK_T), ti, STRIDE_T, bi * D + d, dmask,
                                  tot_a, tot_h, init_h, BLOCK_D, WINDOW, PREFIX_EVERY)
 
-    out_off = bi * T * D + rows[:, None] * D + d[None, :]
+    out_off = bi * T * D + _row(rows, T, REV)[:, None] * D + d[None, :]
     tl.store(out_h_ptr + out_off, (a_run * carry_h[None, :] + b_run).to(out_h_ptr.dtype.element_ty), mask=mask)
     if WRITE_A:
         tl.store(out_a_ptr + out_off, (a_run * carry_a[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d):
+def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.constexpr):
     """a_{t+1} per row of a backward tile (0 past T; 1 on rows past T, the scan's identity)."""
     nxt = (rows + 1 < T)[:, None] & mask
-    c = tl.load(a_ptr + bi * sa_b + (rows + 1)[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
+    c = tl.load(a_ptr + bi * sa_b + _row(rows + 1, T, REV)[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
     return tl.where(valid[:, None], c.to(tl.float32), 1.0)
 
 
 @triton.jit
 def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                  sa_b, sa_d, HAS_GA: tl.constexpr):
-    """Store a backward tile's da = g^_t h_{t-1} (+ the prefix grad's g^A_t A_{t-1}) and db = g^_t."""
+                  sa_b, sa_d, HAS_GA: tl.constexpr, REV: tl.constexpr):
+    """Store a backward tile's da = g^_t h_{t-1} (+ the prefix grad's g^A_t A_{t-1}) and db = g^_t
+    (``off``: the tile's memory offsets; step t - 1 is a row before, or after with REV)."""
     first = (rows == 0)[:, None]
     later = mask & (rows >= 1)[:, None]
-    prev = tl.load(hout_ptr + off - D, mask=later, other=0.0).to(tl.float32)
+    back = -D if REV else D
+    prev = tl.load(hout_ptr + off - back, mask=later, other=0.0).to(tl.float32)
     da = ghat * tl.where(first, h0[None, :], prev)
     if HAS_GA:
-        aprev = tl.load(aout_ptr + off - D, mask=later, other=1.0).to(tl.float32)
+        aprev = tl.load(aout_ptr + off - back, mask=later, other=1.0).to(tl.float32)
         da += gahat * tl.where(first, 1.0, aprev)
     tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
     tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
@@ -354,6 +374,7 @@ def _bwd_kernel(
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    REV: tl.constexpr,
 ):
     """Backward of the linear recurrence over this program's chunk, t descending, from g^
     (and the prefix grad's) after the chunk, carried through the summaries of the chunks
@@ -379,8 +400,8 @@ def _bwd_kernel(
         rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
-        off = base + rows[:, None] * D
-        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d)
+        off = base + _row(rows, T, REV)[:, None] * D
+        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
         ghat = c_run * g[None, :] + u_run
@@ -395,14 +416,14 @@ def _bwd_kernel(
             prod = prod * _last_row(c_run, BLOCK_T)
         else:
             _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                          sa_b, sa_d, HAS_GA)
+                          sa_b, sa_d, HAS_GA, REV)
     if SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_h_ptr + side, g, mask=dmask)
         if HAS_GA:
             tl.store(carry_a_ptr + side, ga, mask=dmask)
     elif HAS_H0:  # dL/dh_0 = a_0 g^_0 (g: g^ at row 0 once chunk 0 is walked)
-        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        a0 = tl.load(a_ptr + bi * sa_b + _row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=when(ci == 0, dmask))
 
 
@@ -421,7 +442,8 @@ def _in_range(h):
 @triton.jit(noinline=True)
 def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
                   bi, ci, di, T, D, NC, CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-                  HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, BLOCK_D: tl.constexpr):
+                  HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, BLOCK_D: tl.constexpr,
+                  REV: tl.constexpr):
     """``_log_bwd_kernel``'s chunk again as the bounded recurrence of the shares, row by row
     with t descending, overwriting its grads (SUMMARY: storing P and q); rarely called
     (scalar arguments, results through memory). Made a function of its own in the hope of
@@ -436,27 +458,29 @@ def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dl
         _, q = _fold(sum_p_ptr, carry_ptr, q, q, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
     prod = tl.full((BLOCK_D,), 1.0, tl.float32)
     after = t_lo + CHUNK < T
-    h_next = tl.load(h_ptr + base + (t_lo + CHUNK) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
-    lc_next = tl.load(lc_ptr + bi * sa_b + (t_lo + CHUNK) * sa_t + d * sa_d, mask=when(after, dmask),
+    m_after = _row(t_lo + CHUNK, T, REV)
+    h_next = tl.load(h_ptr + base + m_after * D, mask=when(after, dmask), other=1.0).to(tl.float32)
+    lc_next = tl.load(lc_ptr + bi * sa_b + m_after * sa_t + d * sa_d, mask=when(after, dmask),
                       other=0.0).to(tl.float32)
     for j in range(0, tl.minimum(CHUNK, T - t_lo)):
         t = tl.minimum(t_lo + CHUNK, T) - 1 - j
-        h = tl.load(h_ptr + base + t * D, mask=dmask, other=1.0).to(tl.float32)
-        lc = tl.load(lc_ptr + bi * sa_b + t * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        m = _row(t, T, REV)
+        h = tl.load(h_ptr + base + m * D, mask=dmask, other=1.0).to(tl.float32)
+        lc = tl.load(lc_ptr + bi * sa_b + m * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         lh = tl.log(h)
         c = _share(lc_next + lh - tl.log(h_next), when(t + 1 < T, h_next > 0.0))  # r_{t+1}
-        q = tl.load(gh_ptr + base + t * D, mask=dmask, other=0.0).to(tl.float32) * h + c * q
+        q = tl.load(gh_ptr + base + m * D, mask=dmask, other=0.0).to(tl.float32) * h + c * q
         if SUMMARY:
             prod = prod * c
         else:
-            lv = tl.load(lv_ptr + bi * sb_b + (t + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
-            hp = tl.load(h_ptr + base + (t - 1) * D, mask=when(t >= 1, dmask), other=1.0).to(tl.float32)
+            lv = tl.load(lv_ptr + bi * sb_b + (m + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
+            hp = tl.load(h_ptr + base + _row(t - 1, T, REV) * D, mask=when(t >= 1, dmask), other=1.0).to(tl.float32)
             lh_prev = tl.where(t == 0, lh0, tl.log(hp))
             da = q * _share(lc + lh_prev - lh, h > 0.0)
             db = q * _share(lv.to(tl.float32) - lh, h > 0.0)
-            tl.store(dlv_ptr + bi * (T + V0) * D + (t + V0) * D + d, db.to(dlv_ptr.dtype.element_ty), mask=dmask)
+            tl.store(dlv_ptr + bi * (T + V0) * D + (m + V0) * D + d, db.to(dlv_ptr.dtype.element_ty), mask=dmask)
             _store_dlog_h0(dlv_ptr, dh0_ptr, bi, d, da, when(t == 0, dmask), T, D, V0)
-            tl.store(dlc_ptr + base + t * D, da.to(dlc_ptr.dtype.element_ty), mask=dmask)
+            tl.store(dlc_ptr + base + m * D, da.to(dlc_ptr.dtype.element_ty), mask=dmask)
         h_next, lc_next = h, lc
     if SUMMARY:
         tl.store(sum_p_ptr + (bi * NC + ci) * D + d, prod, mask=dmask)
@@ -468,7 +492,7 @@ def _log_bwd_kernel(
     lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
 ):
     """Backward of the log op over this program's chunk, t descending, from q_in = g^ h at
     the row after the chunk (0 at the end of time). First the linear backward
@@ -491,8 +515,8 @@ def _log_bwd_kernel(
     # the states the linear walk divides and multiplies by: after the chunk (q_in -> g^) and
     # at its first row (g^ -> q)
     after = t_lo + CHUNK < T
-    h_after = tl.load(h_ptr + base + (t_lo + CHUNK) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
-    h_first = tl.load(h_ptr + base + t_lo * D, mask=dmask, other=1.0).to(tl.float32)
+    h_after = tl.load(h_ptr + base + _row(t_lo + CHUNK, T, REV) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
+    h_first = tl.load(h_ptr + base + _row(t_lo, T, REV) * D, mask=dmask, other=1.0).to(tl.float32)
     edge = dmask & (when(after, ~_in_range(h_after)) | ~_in_range(h_first))
 
     g = q_in / h_after
@@ -503,9 +527,10 @@ def _log_bwd_kernel(
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
         nxt = (rows + 1 < T)[:, None] & mask
-        off = base[None, :] + rows[:, None] * D
-        a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
-        lc_next = tl.load(lc_ptr + a_off + sa_t, mask=nxt, other=float("-inf")).to(tl.float32)
+        mrows = _row(rows, T, REV)
+        off = base[None, :] + mrows[:, None] * D
+        a_off = bi * sa_b + mrows[:, None] * sa_t + d[None, :] * sa_d
+        lc_next = tl.load(lc_ptr + a_off + (-sa_t if REV else sa_t), mask=nxt, other=float("-inf")).to(tl.float32)
         c = tl.where(valid[:, None], tl.exp(lc_next), 1.0)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
@@ -517,12 +542,12 @@ def _log_bwd_kernel(
             bad = bad | grows
         else:
             lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-            lv = tl.load(lv_ptr + bi * sb_b + (rows + V0)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
+            lv = tl.load(lv_ptr + bi * sb_b + (mrows + V0)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
                          other=0.0).to(tl.float32)
-            hp = tl.load(h_ptr + off - D, mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
+            hp = tl.load(h_ptr + off - (-D if REV else D), mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
             hp = tl.where((rows == 0)[:, None], tl.exp(lh0)[None, :], hp)  # h_{t-1}
             a, b = tl.exp(lc), tl.exp(lv)
-            _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, off, mask, ghat * a * hp, ghat * b, T, D, V0)
+            _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, mrows, off, mask, ghat * a * hp, ghat * b, T, D, V0)
             # and decays, log values and the states multiplied by within e^+-LOG_RANGE
             far = (a > 1.0) | (a < 1.0 / LOG_SPAN) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | ~_in_range(hp)
             bad = bad | grows | (mask & far)
@@ -532,7 +557,7 @@ def _log_bwd_kernel(
     if tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0:
         _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
                       bi, ci, di, T, D, NC, CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-                      HAS_CARRY, SUMMARY, V0, BLOCK_D)
+                      HAS_CARRY, SUMMARY, V0, BLOCK_D, REV)
     elif SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_ptr + side, q, mask=dmask)
@@ -559,11 +584,12 @@ def _store_dlog_h0(dlv_ptr, dh0_ptr, bi, col, da, mask, T, D, V0: tl.constexpr):
 
 
 @triton.jit
-def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, off, mask, da, db, T, D, V0: tl.constexpr):
+def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, mrows, off, mask, da, db, T, D, V0: tl.constexpr):
     """Store a tile's dlog_a (into dlog_coeffs), its dlog_b into row t + V0 of dlog_values
-    (B, T + V0, D), and row 0's dlog_a as dlog h_0 (``_store_dlog_h0``)."""
+    (B, T + V0, D), and step 0's dlog_a as dlog h_0 (``_store_dlog_h0``); ``rows`` the tile's
+    steps, ``mrows`` their memory rows (``_row``), ``off`` their offsets."""
     tl.store(dlv_ptr + off + V0 * (bi * D + D), db.to(dlv_ptr.dtype.element_ty), mask=mask)
-    col = off - bi * T * D - rows[:, None] * D  # d, per element of the tile
+    col = off - bi * T * D - mrows[:, None] * D  # d, per element of the tile
     _store_dlog_h0(dlv_ptr, dh0_ptr, bi, col, da, mask & (rows == 0)[:, None], T, D, V0)
     tl.store(dlc_ptr + off, da.to(dlc_ptr.dtype.element_ty), mask=mask)
 
@@ -574,6 +600,7 @@ def _bwd_lookback_kernel(
     T, D, NBD, ND, STRIDE_T, sa_b, sa_t, sa_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
+    REV: tl.constexpr,
 ):
     """Single-pass backward of the linear recurrence: ``_bwd_kernel``'s tile body, one tile
     per program, tiles taken from the end of time; the carry (g^ after the tile) by
@@ -585,8 +612,8 @@ def _bwd_lookback_kernel(
     rows = (n_tiles - tr) * BLOCK_T - 1 - tl.arange(0, BLOCK_T)  # descending time
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
-    off = bi * T * D + rows[:, None] * D + d[None, :]
-    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d)
+    off = bi * T * D + _row(rows, T, REV)[:, None] * D + d[None, :]
+    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV)
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
     tot_c = _last_row(c_run, BLOCK_T)
@@ -607,9 +634,9 @@ def _bwd_lookback_kernel(
     last = tr == n_tiles - 1  # the tile holding t = 0
     h0 = _initial_state(h0_ptr, bi, d, when(last, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
     _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                  sa_b, sa_d, HAS_GA)
+                  sa_b, sa_d, HAS_GA, REV)
     if HAS_H0:  # dL/dh_0 = a_0 g^_0
-        a0 = tl.load(a_ptr + bi * sa_b + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        a0 = tl.load(a_ptr + bi * sa_b + _row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
                  mask=when(last, dmask))
 
@@ -632,11 +659,14 @@ def _geometry(a, log: bool):
     return block_t, block_d, warps, cdiv(T, chunk), chunk
 
 
-def _forward(a, b, h0, log: bool, write_a: bool):
+def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False):
     """States (and running products when ``write_a``) of the elementwise recurrence: one
     pass, or where T is chunked a summary pass and the main pass, which folds the chunk
-    summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead)."""
+    summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead).
+    ``reverse``: from the end of time (the log op then takes h_0 apart: log_values (B, T, D))."""
     B, T, D = a.shape
+    if reverse and log and h0 is None:
+        raise ValueError("a reversed log scan takes log_h0 apart (log_values (B, T, D)), not in slot 0")
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     if out_h.numel() == 0:
@@ -644,15 +674,16 @@ def _forward(a, b, h0, log: bool, write_a: bool):
     block_t, block_d, warps, nc, chunk = _geometry(a, log)
     if not log and common.use_lookback(nc):
         _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h),
-                         (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a)
+                         (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a,
+                         REV=reverse)
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
-        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps))
+        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps), reverse)
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=common.stages(log, "fwd"), num_warps=warps)
+                STAGES=common.stages(log, "fwd"), REV=reverse, num_warps=warps)
     if log:
         common.launch(_log_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_h, T, D, nc, chunk, B_nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
@@ -677,7 +708,7 @@ def _launch_lookback(kernel, a, planes: int, before, after, strides, **flags):
     )
 
 
-def _summaries(a, b, h0, log, nc, chunk, tile):
+def _summaries(a, b, h0, log, nc, chunk, tile, reverse):
     """Each chunk's summary (B, nc, D) x 2 from one pass: (product of a, state from zero),
     the log op's as (sum of log a, log state from zero); the main pass folds them."""
     B, T, D = a.shape
@@ -686,7 +717,7 @@ def _summaries(a, b, h0, log, nc, chunk, tile):
     sum_h = torch.empty_like(sum_a)
     grid = (B * nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=common.stages(log, "fwd"), num_warps=warps)
+                STAGES=common.stages(log, "fwd"), REV=reverse, num_warps=warps)
     if log:
         common.launch(_log_fwd_kernel, grid, a, b, h0, sum_a, sum_h, None, T, D, nc, chunk, B * nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
@@ -696,9 +727,10 @@ def _summaries(a, b, h0, log, nc, chunk, tile):
     return sum_a, sum_h
 
 
-def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
+def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs (the
-    log op: of log_coeffs, log_values and log_h0, None in the slot-0 form)."""
+    log op: of log_coeffs, log_values and log_h0, None in the slot-0 form); ``reverse`` as the
+    forward ran."""
     B, T, D = a.shape
     gh = gh.contiguous()
     ga = ga.contiguous() if ga is not None else None
@@ -710,12 +742,13 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
     block_t, block_d, warps, nc, chunk = _geometry(a, log)
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
         _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, h0, gh, ga, hout, aout),
-                         (da, db, dh0), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None, HAS_GA=ga is not None)
+                         (da, db, dh0), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None, HAS_GA=ga is not None,
+                         REV=reverse)
         return da, db, dh0
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     consts = dict(I64=needs_int64(a, b, gh, hout), BLOCK_T=block_t, BLOCK_D=block_d,
-                  STAGES=common.stages(log, "bwd"), num_warps=warps)
+                  STAGES=common.stages(log, "bwd"), REV=reverse, num_warps=warps)
     if log:
         kernel, before, after = _log_bwd_kernel, (a, b, h0, gh, hout), (da, db, dh0)
         args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))
@@ -737,19 +770,20 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool):
 
 linear_scan = common.prefix_scan_op(
     "linear_scan",
-    lambda a, b, h0, write_a: _forward(a, b, h0, log=False, write_a=write_a),
-    lambda a, h0, prod, h, g_prod, g_h: _backward(a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None,
-                                                  log=False),
+    lambda a, b, h0, write_a, reverse: _forward(a, b, h0, log=False, write_a=write_a, reverse=reverse),
+    lambda a, h0, prod, h, g_prod, g_h, reverse: _backward(a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None,
+                                                           log=False, reverse=reverse),
 )
 
 
-def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor]) -> torch.Tensor:
-    return _forward(log_coeffs, log_values, log_h0, log=True, write_a=False)[1]
+def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor],
+             reverse: bool) -> torch.Tensor:
+    return _forward(log_coeffs, log_values, log_h0, log=True, write_a=False, reverse=reverse)[1]
 
 
 def _log_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor], h: torch.Tensor,
-             g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    d_coeffs, d_values, d_h0 = _backward(log_coeffs, log_values, log_h0, g_h, None, h, None, log=True)
+             g_h: torch.Tensor, reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    d_coeffs, d_values, d_h0 = _backward(log_coeffs, log_values, log_h0, g_h, None, h, None, log=True, reverse=reverse)
     return d_coeffs, d_values, (d_h0 if d_h0 is not None else log_coeffs.new_empty(0))
 
 
@@ -758,12 +792,12 @@ log_scan_bwd = triton_op("scankit::log_scan_bwd", mutates_args={})(_log_bwd)
 
 
 @log_scan_fwd.register_fake
-def _(log_coeffs, log_values, log_h0):
+def _(log_coeffs, log_values, log_h0, reverse):
     return _empty(log_coeffs.shape, log_coeffs)
 
 
 @log_scan_bwd.register_fake
-def _(log_coeffs, log_values, log_h0, h, g_h):
+def _(log_coeffs, log_values, log_h0, h, g_h, reverse):
     return (_empty(log_coeffs.shape, log_coeffs), _empty(log_values.shape, log_values),
             _empty(log_h0.shape if log_h0 is not None else (0,), log_coeffs))
 
@@ -772,16 +806,16 @@ _log_bwd_call = common.either(log_scan_bwd, _log_bwd)
 
 
 def _log_setup(ctx, inputs, output):
-    ctx.has_h0 = inputs[2] is not None
-    ctx.save_for_backward(*inputs, output)
+    ctx.has_h0, ctx.reverse = inputs[2] is not None, inputs[3]
+    ctx.save_for_backward(*inputs[:3], output)
 
 
 def _log_backward(ctx, g_h):
     log_coeffs, log_values, log_h0, h = ctx.saved_tensors
     if g_h is None:
-        return None, None, None
-    d_coeffs, d_values, d_h0 = _log_bwd_call(log_coeffs, log_values, log_h0, h, g_h)
-    return d_coeffs, d_values, (d_h0 if ctx.has_h0 else None)
+        return None, None, None, None
+    d_coeffs, d_values, d_h0 = _log_bwd_call(log_coeffs, log_values, log_h0, h, g_h, ctx.reverse)
+    return d_coeffs, d_values, (d_h0 if ctx.has_h0 else None), None
 
 
 log_scan = common.with_autograd(log_scan_fwd, _log_fwd, _log_setup, _log_backward)
