@@ -99,22 +99,26 @@ def _packed(kind: str, op, name: str, coeffs, inputs, h0, cu_seqlens, tail: tupl
         _check_shape(h0_name, h0, (len(starts), *tail), layout)
     if return_final_state not in (True, False):
         raise TypeError(f"return_final_state must be True or False; got {return_final_state!r}")
-    coeffs, inputs = packed.reset(kind, coeffs, inputs, h0, starts)
-    h = op(coeffs, inputs, **op_kwargs)
+    inputs = packed.with_initial_states(kind, coeffs, inputs, h0, starts)
+    if kind == "matrix":
+        h = op(packed.reset_coefficients(kind, coeffs, starts), inputs, **op_kwargs)
+    else:  # the elementwise ops reset in their kernels (the eager references on a copy)
+        h = op(coeffs, inputs, resets=starts, **op_kwargs)
     return (h, packed.final_states(h, ends)) if return_final_state else h
 
 
-def _log_scan_with_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor, reverse: bool = False) -> torch.Tensor:
-    """The log op over coefficients that reset (log a = -inf at packed sequence starts), from
-    h_0 = 0: the kernels take -inf as a = 0; the eager path is the reference's log-space doubling
-    (Heinsen's running sum cannot pass a -inf)."""
+def _log_scan_with_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor, resets: torch.Tensor,
+                          reverse: bool = False) -> torch.Tensor:
+    """The log op from h_0 = 0 whose carry restarts at the rows ``resets`` (packed sequences):
+    the kernels reset in place (int8 flags); the eager path writes log a = -inf there into a
+    copy and runs the reference's log-space doubling (Heinsen's running sum cannot pass a -inf)."""
     no_state = log_coeffs.new_full((log_coeffs.shape[0], log_coeffs.shape[2]), float("-inf"))
     eager = _time_reversed(reference.parallel_scan_log_resets, reverse)
     return dispatch.run(
         "parallel_scan_log",
         log_coeffs.device,
-        lambda: eager(log_coeffs, log_values, no_state),
-        lambda k: k.parallel_scan_log(log_coeffs, log_values, no_state, reverse),
+        lambda: eager(packed.reset_coefficients("log", log_coeffs, resets), log_values, no_state),
+        lambda k: k.parallel_scan_log(log_coeffs, log_values, no_state, reverse, packed.flags(resets, log_coeffs.shape[1])),
     )
 
 
@@ -270,7 +274,7 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
 
 
 def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                 return_final_state: bool = False, cu_seqlens=None, reverse: bool = False):
+                 return_final_state: bool = False, cu_seqlens=None, reverse: bool = False, resets=None):
     _check_tensor("a", a, 3, "(B, T, D)")
     _check_time("a", a)
     _check_tensor("b", b, 3, "(B, T, D)")
@@ -283,11 +287,14 @@ def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
                        return_final_state, reverse=reverse, return_prefix=False)
     _check_h0(h0, a, "a", (a.shape[0], a.shape[2]), "(B, D)", return_prefix)
     eager = _time_reversed(reference.linear_scan, reverse)
+    # resets (from _packed): the rows where a packed sequence's scan begins; the kernels reset there in place
     return _with_final(dispatch.run(
         "linear_scan",
         a.device,
-        lambda: eager(a, b, h0=h0, return_prefix=return_prefix),
-        lambda k: k.linear_scan(a, b, h0=h0, return_prefix=return_prefix, reverse=reverse),
+        lambda: eager(a if resets is None else packed.reset_coefficients("elementwise", a, resets), b, h0=h0,
+                      return_prefix=return_prefix),
+        lambda k: k.linear_scan(a, b, h0=h0, return_prefix=return_prefix, reverse=reverse,
+                                reset=None if resets is None else packed.flags(resets, a.shape[1])),
     ), return_final_state, reverse)
 
 

@@ -7,10 +7,10 @@ step. A sequence start is a reset of the carry: the recurrence's coefficient the
 zero transition (log op: log a = -inf) and its input takes the initial state's term,
 ``b'_s = a_s h0_n + b_s``, so one dense scan of the packed tensor gives every sequence's states.
 
-Today the reset is applied to copies of the coefficients (and, with h0, of the inputs) before
-the dense scan: correct for every op, eager and kernels, gradients through torch's index ops,
-but one pass over the coefficients more than the dense call. Kernels that reset their carry
-in place are still to come (NOTES.md).
+The elementwise kernels read the resets as int8 flags per row (``flags``) and restart their
+carry in place; the block ops and the eager references get copies of the coefficients with the
+zero transition written in (``reset_coefficients``). With h0, the inputs are a copy with its
+term added (``with_initial_states``); gradients flow through torch's index ops.
 """
 from __future__ import annotations
 
@@ -57,25 +57,34 @@ def offsets(cu_seqlens, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch
     return bounds[:-1], bounds[1:]
 
 
-def reset(kind: str, coeffs: torch.Tensor, inputs: torch.Tensor, h0, starts: torch.Tensor):
-    """(coefficients, inputs) whose dense scan restarts at every sequence start from h0[n]:
-    ``kind`` "log" (log a, log b; log h0), "elementwise" (a, b), "matrix" (A (..., k, k),
-    B (..., k) or (..., k, v): ``vector`` inputs are B's last dim)."""
-    if kind == "log":
-        if h0 is not None:  # log b'_s = log(a_s h0 + b_s)
-            inputs = inputs.index_copy(1, starts, torch.logaddexp(inputs.index_select(1, starts),
-                                                                  coeffs.index_select(1, starts) + h0.unsqueeze(0)))
-        return coeffs.index_fill(1, starts, float("-inf")), inputs
-    if h0 is not None:
-        a_s = coeffs.index_select(1, starts)
-        if kind == "elementwise":
-            term = a_s * h0.unsqueeze(0)
-        elif inputs.dim() == coeffs.dim() - 1:  # matrix_scan: B (..., k)
-            term = (a_s @ h0.unsqueeze(0).unsqueeze(-1)).squeeze(-1)
-        else:
-            term = a_s @ h0.unsqueeze(0)
-        inputs = inputs.index_add(1, starts, term.to(inputs.dtype))
-    return coeffs.index_fill(1, starts, 0.0), inputs
+def reset_coefficients(kind: str, coeffs: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """The coefficients with the zero transition at each sequence start (``kind`` "log": log a =
+    -inf; "elementwise" a = 0; "matrix": A (..., k, k) = 0), a copy."""
+    return coeffs.index_fill(1, starts, float("-inf") if kind == "log" else 0.0)
+
+
+def flags(starts: torch.Tensor, T: int) -> torch.Tensor:
+    """int8 (T,): 1 at the rows where a sequence's scan begins, what the elementwise kernels
+    read to reset their carry in place (no copy of the coefficients)."""
+    return torch.zeros(T, dtype=torch.int8, device=starts.device).index_fill_(0, starts, 1)
+
+
+def with_initial_states(kind: str, coeffs: torch.Tensor, inputs: torch.Tensor, h0, starts: torch.Tensor):
+    """The inputs with each sequence's initial-state term at its start, ``b'_s = a_s h0 + b_s``
+    (a copy; the inputs themselves when h0 is None)."""
+    if h0 is None:
+        return inputs
+    if kind == "log":  # log b'_s = log(a_s h0 + b_s)
+        return inputs.index_copy(1, starts, torch.logaddexp(inputs.index_select(1, starts),
+                                                            coeffs.index_select(1, starts) + h0.unsqueeze(0)))
+    a_s = coeffs.index_select(1, starts)
+    if kind == "elementwise":
+        term = a_s * h0.unsqueeze(0)
+    elif inputs.dim() == coeffs.dim() - 1:  # matrix_scan: B (..., k)
+        term = (a_s @ h0.unsqueeze(0).unsqueeze(-1)).squeeze(-1)
+    else:
+        term = a_s @ h0.unsqueeze(0)
+    return inputs.index_add(1, starts, term.to(inputs.dtype))
 
 
 def final_states(h: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:

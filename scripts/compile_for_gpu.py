@@ -89,6 +89,13 @@ def _shape_classes():
                     dict(h0=h0, return_prefix=False, reverse=True)
                 yield f"parallel_scan_log reverse {cls}", "parallel_scan_log", (a.log().neg(), b), \
                     dict(log_h0=h0, reverse=True)
+            if cls == "narrow":  # packed sequences (B = 1): the kernels' in-place resets
+                reset = (torch.arange(T) % 700 == 0).to(torch.int8)
+                for reverse in (False, True):
+                    yield f"linear_scan state packed reverse={reverse}", "linear_scan", (a, b), \
+                        dict(return_prefix=False, reverse=reverse, reset=reset)
+                    yield f"parallel_scan_log packed reverse={reverse}", "parallel_scan_log", (a.log().neg(), b), \
+                        dict(log_h0=h0, reverse=reverse, reset=reset)
     for cls, (B, T, n) in {"wide": (64, 512, 64), "narrow": (1, 4096, 4), "short": (8, 64, 8)}.items():
         M, x, h = r(B, T, n, 2, 2), r(B, T, n, 2), r(B, n, 2)
         yield f"matrix_scan {cls}", "matrix_scan", (M, x), {}

@@ -486,3 +486,69 @@ def test_reverse_log_op_beyond_fp32_exp_range(T, seed, launches):
     torch.testing.assert_close(got[0], ref[0].flip(1), atol=2e-5 * ref[0].abs().max().item(), rtol=1e-4)
     torch.testing.assert_close(got[1], ref[1][:, 1:].flip(1), atol=2e-5 * ref[1].abs().max().item(), rtol=1e-4)
     torch.testing.assert_close(got[2], ref[1][:, 0], atol=2e-5 * ref[1].abs().max().item(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("op_name", ["linear_scan_state", "parallel_scan_log"])
+def test_packed_resets_in_the_kernels(op_name, reverse, seed, lookback, launches):
+    """cu_seqlens on the elementwise kernels, every look-back setting: the kernels restart their
+    carry at each sequence's first step (int8 flags, no copy of the coefficients), forward and
+    backward, against the float64 loop over each sequence alone."""
+    from test_packed import _per_sequence
+
+    g = torch.Generator().manual_seed(seed)
+    sizes = [1, 70, 2, 77]  # 150 steps: chunked / look-back on the interpreter's 4 programs
+    T = sum(sizes)
+    cu = torch.tensor([0, 1, 71, 73, 150], device=DEVICE)
+    if op_name == "parallel_scan_log":
+        xs = [-torch.rand(1, T, 5, generator=g) * 2, torch.randn(1, T, 5, generator=g)]
+        h0 = torch.randn(4, 5, generator=g)
+    else:
+        xs = [torch.rand(1, T, 5, generator=g) * 0.5 + 0.5, torch.rand(1, T, 5, generator=g) - 0.5]
+        h0 = torch.rand(4, 5, generator=g) - 0.5
+    leaves = [x.to(DEVICE).requires_grad_() for x in (*xs, h0)]
+    if op_name == "parallel_scan_log":
+        h = scankit.parallel_scan_log(*leaves[:2], log_h0=leaves[2], cu_seqlens=cu, reverse=reverse)
+    else:
+        h = scankit.linear_scan(*leaves[:2], h0=leaves[2], return_prefix=False, cu_seqlens=cu, reverse=reverse)
+    ref_leaves = [x.detach().double().cpu().requires_grad_() for x in leaves]
+    ref = _per_sequence("linear_scan" if op_name == "linear_scan_state" else op_name, ref_leaves[:2], ref_leaves[2],
+                        sizes, reverse)
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(ref.shape, dtype=torch.float64, generator=g)
+    for got, want in zip(torch.autograd.grad((h * w.to(h)).sum(), leaves), torch.autograd.grad((ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(got.cpu().double(), want, atol=1e-4, rtol=1e-5)
+    scans = {"_fwd_kernel", "_bwd_kernel", "_fwd_lookback_kernel", "_bwd_lookback_kernel", "_log_fwd_kernel",
+             "_log_bwd_kernel"}
+    assert launches and set(launches) <= scans, launches
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_packed_log_op_beyond_fp32_exp_range(reverse, seed, launches):
+    """Packed sequences through the log op's row-by-row log-space redo (growing coefficients,
+    e^+-120): each sequence started from the dense trajectory's state there gives the dense
+    call's states (test_log_op_beyond_fp32_exp_range checks those against the float64 loop),
+    and the grads of a loss on log h equal each sequence's own call's."""
+    gen = torch.Generator().manual_seed(seed)
+    lc, lv = (x.to(DEVICE) for x in wide_range_log_inputs(1, 150, 5, gen))
+    if reverse:  # the same trajectory, scanned from the end
+        lc, lv = lc.flip(1), torch.cat([lv[:, :1], lv[:, 1:].flip(1)], dim=1)
+    dense = scankit.parallel_scan_log(lc, lv[:, 1:], log_h0=lv[:, 0], reverse=reverse)
+    sizes = [40, 1, 109]
+    bounds = [0, 40, 41, 150]
+    # each sequence's initial state: the dense state just before it (in scan order)
+    firsts = [e for e in bounds[1:]] if reverse else bounds[:-1]
+    lh0 = torch.stack([lv[0, 0] if (f == 150 if reverse else f == 0) else dense[0, f if reverse else f - 1].log()
+                       for f in firsts])
+    cu = torch.tensor(bounds, device=DEVICE)
+    leaves = [x.detach().clone().requires_grad_() for x in (lc, lv[:, 1:], lh0)]
+    h = scankit.parallel_scan_log(*leaves[:2], log_h0=leaves[2], cu_seqlens=cu, reverse=reverse)
+    torch.testing.assert_close(h, dense, atol=0, rtol=2e-5)
+    own = [x.detach().clone().requires_grad_() for x in (lc, lv[:, 1:], lh0)]
+    want = torch.cat([scankit.parallel_scan_log(own[0][:, a:b], own[1][:, a:b], log_h0=own[2][n:n + 1], reverse=reverse)
+                      for n, (a, b) in enumerate(zip(bounds, bounds[1:]))], dim=1)
+    w = torch.randn(h.shape, generator=gen).to(DEVICE)
+    for got, ref in zip(torch.autograd.grad((h.log() * w).sum(), leaves),
+                        torch.autograd.grad((want.log() * w).sum(), own)):
+        torch.testing.assert_close(got, ref, atol=2e-5 * ref.abs().max().item(), rtol=1e-4)
+    assert sizes == [b - a for a, b in zip(bounds, bounds[1:])]

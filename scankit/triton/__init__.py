@@ -8,26 +8,28 @@ from . import affine, elementwise, givens
 from .common import check_envelope
 
 
-def parallel_scan_log(log_coeffs, log_values, log_h0=None, reverse=False):
+def parallel_scan_log(log_coeffs, log_values, log_h0=None, reverse=False, reset=None):
+    """``reset``: int8 (T,) flags of the rows where a packed sequence's scan begins (B = 1)."""
     check_envelope("parallel_scan_log", log_coeffs, log_values, log_h0)
-    return elementwise.log_scan(log_coeffs, log_values, log_h0, reverse)
+    return elementwise.log_scan(log_coeffs, log_values, log_h0, reverse, reset)
 
 
-def linear_scan(a, b, *, h0=None, return_prefix=True, reverse=False):
+def linear_scan(a, b, *, h0=None, return_prefix=True, reverse=False, reset=None):
     check_envelope("linear_scan", a, b, h0)
-    prod, h = elementwise.linear_scan(a, b, h0, return_prefix, reverse)
+    prod, h = elementwise.linear_scan(a, b, h0, return_prefix, reverse, reset)
     return (prod, h) if return_prefix else h
 
 
 def matrix_affine_scan(A, B, *, h0=None, return_prefix=True):
     check_envelope("matrix_affine_scan", A, B, h0, kv=(A.shape[-1], B.shape[-1]))
-    Abar, out = affine.affine_scan(A, B, h0, return_prefix, False)
+    Abar, out = affine.affine_scan(A, B, h0, return_prefix, False, None)
     return (Abar, out) if return_prefix else out
 
 
 def matrix_scan(M, b, *, h0=None, return_prefix=True):
     check_envelope("matrix_scan", M, b, h0)
-    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix, False)
+    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix, False,
+                                   None)
     return (Abar, out.squeeze(-1)) if return_prefix else out.squeeze(-1)
 
 

@@ -463,15 +463,15 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     return dA, dB, dh0
 
 
-def _forward_in_order(A, B, h0, track_a, reverse):
-    if reverse:  # scankit.ops flips the block ops' time instead
-        raise ValueError("the block-scan kernels scan forward in time only")
+def _forward_in_order(A, B, h0, track_a, reverse, reset):
+    if reverse or reset is not None:  # scankit.ops flips the block ops' time and resets their carry itself
+        raise ValueError("the block-scan kernels scan dense batches forward in time only")
     return _forward(A, B, h0, track_a=track_a)
 
 
 affine_scan = prefix_scan_op(
     "affine_scan",
     _forward_in_order,
-    lambda A, h0, Abar, out, g_Abar, g_out, reverse: _backward(A, h0, g_out, g_Abar, out,
-                                                               Abar if g_Abar is not None else None),
+    lambda A, h0, Abar, out, g_Abar, g_out, reverse, reset: _backward(A, h0, g_out, g_Abar, out,
+                                                                      Abar if g_Abar is not None else None),
 )

@@ -312,34 +312,35 @@ def prefix_scan_op(name: str, forward, backward):
     """The custom ops ``scankit::{name}_fwd`` / ``_bwd`` of an affine scan (fake impls and
     autograd included) and the callable the entry points use.
 
-    ``forward(coeffs, inputs, h0, return_prefix, reverse) -> (prefix or None, states)``;
-    ``backward(coeffs, h0, prefix, states, g_prefix, g_states, reverse) -> (d_coeffs, d_inputs, d_h0 or None)``
-    (``reverse``: the scan runs from the end of time).
+    ``forward(coeffs, inputs, h0, return_prefix, reverse, reset) -> (prefix or None, states)``;
+    ``backward(coeffs, h0, prefix, states, g_prefix, g_states, reverse, reset) -> (d_coeffs, d_inputs, d_h0 or None)``
+    (``reverse``: the scan runs from the end of time; ``reset``: None, or int8 (T,) flags of the
+    rows where a packed sequence's scan begins).
     """
     def fwd(coeffs: torch.Tensor, inputs: torch.Tensor, h0: Optional[torch.Tensor],
-            return_prefix: bool, reverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        prefix, states = forward(coeffs, inputs, h0 if not return_prefix else None, return_prefix, reverse)
+            return_prefix: bool, reverse: bool, reset: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        prefix, states = forward(coeffs, inputs, h0 if not return_prefix else None, return_prefix, reverse, reset)
         return (prefix if prefix is not None else states.new_empty(0)), states
 
     def bwd(coeffs: torch.Tensor, h0: Optional[torch.Tensor], prefix: torch.Tensor, states: torch.Tensor,
-            g_prefix: Optional[torch.Tensor], g_states: torch.Tensor,
-            reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        d_coeffs, d_inputs, d_h0 = backward(coeffs, h0, prefix, states, g_prefix, g_states, reverse)
+            g_prefix: Optional[torch.Tensor], g_states: torch.Tensor, reverse: bool,
+            reset: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        d_coeffs, d_inputs, d_h0 = backward(coeffs, h0, prefix, states, g_prefix, g_states, reverse, reset)
         return d_coeffs, d_inputs, (d_h0 if d_h0 is not None else coeffs.new_empty(0))
 
     fwd_op = triton_op(f"scankit::{name}_fwd", mutates_args={})(fwd)
     bwd_op = triton_op(f"scankit::{name}_bwd", mutates_args={})(bwd)
-    fwd_op.register_fake(lambda coeffs, inputs, h0, return_prefix, reverse: (
+    fwd_op.register_fake(lambda coeffs, inputs, h0, return_prefix, reverse, reset: (
         empty_like_shape(coeffs.shape if return_prefix else (0,), coeffs), empty_like_shape(inputs.shape, inputs)))
-    bwd_op.register_fake(lambda coeffs, h0, prefix, states, g_prefix, g_states, reverse: (
+    bwd_op.register_fake(lambda coeffs, h0, prefix, states, g_prefix, g_states, reverse, reset: (
         empty_like_shape(coeffs.shape, coeffs), empty_like_shape(states.shape, coeffs),
         empty_like_shape(h0.shape if h0 is not None else (0,), coeffs)))
     return prefix_scan_autograd(fwd_op, fwd, bwd_op, bwd)
 
 
 def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
-    """Autograd of an affine scan op ``fwd(coeffs, inputs, h0, return_prefix, reverse) -> (prefix, states)``
-    through ``bwd(coeffs, h0, prefix, states, g_prefix, g_states, reverse) -> (d_coeffs, d_inputs, d_h0)``;
+    """Autograd of an affine scan op ``fwd(coeffs, inputs, h0, return_prefix, reverse, reset) -> (prefix, states)``
+    through ``bwd(coeffs, h0, prefix, states, g_prefix, g_states, reverse, reset) -> (d_coeffs, d_inputs, d_h0)``;
     returns the callable of ``with_autograd``.
 
     With ``return_prefix`` the prefix output is real and h0 unused; without it the prefix is
@@ -347,20 +348,20 @@ def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
     bwd = either(bwd_op, bwd_impl)
 
     def setup(ctx, inputs, output):
-        coeffs, _, h0, return_prefix, ctx.reverse = inputs
+        coeffs, _, h0, return_prefix, ctx.reverse, reset = inputs
         ctx.return_prefix = return_prefix
         ctx.has_h0 = h0 is not None and not return_prefix
-        ctx.save_for_backward(coeffs, h0 if ctx.has_h0 else None, *output)
+        ctx.save_for_backward(coeffs, h0 if ctx.has_h0 else None, reset, *output)
 
     def backward(ctx, g_prefix, g_states):
-        coeffs, h0, prefix, states = ctx.saved_tensors
+        coeffs, h0, reset, prefix, states = ctx.saved_tensors
         if g_states is None:
             g_states = torch.zeros_like(states)
         if ctx.return_prefix:
             g_prefix = g_prefix if g_prefix is not None else torch.zeros_like(prefix)
         else:
             g_prefix = None
-        d_coeffs, d_inputs, d_h0 = bwd(coeffs, h0, prefix, states, g_prefix, g_states, ctx.reverse)
-        return d_coeffs, d_inputs, (d_h0 if ctx.has_h0 else None), None, None
+        d_coeffs, d_inputs, d_h0 = bwd(coeffs, h0, prefix, states, g_prefix, g_states, ctx.reverse, reset)
+        return d_coeffs, d_inputs, (d_h0 if ctx.has_h0 else None), None, None, None
 
     return with_autograd(fwd_op, fwd_impl, setup, backward)

@@ -65,6 +65,13 @@ def _row(r, T, REV: tl.constexpr):
 
 
 @triton.jit
+def _resets(reset_ptr, m, T):
+    """Whether memory rows ``m`` begin a packed sequence's scan: the carry resets there (the
+    coefficient counts as 0, log a as -inf). ``reset_ptr``: int8 (T,), one flag per row."""
+    return tl.load(reset_ptr + m, mask=(m >= 0) & (m < T), other=0) != 0
+
+
+@triton.jit
 def _logaddexp(x, y):
     m = tl.maximum(x, y)
     m = tl.where(m == float("-inf"), 0.0, m)  # both -inf: log(0 + 0) = -inf
@@ -114,7 +121,7 @@ def _fold_log_before(sa_ptr, sh_ptr, ell, bi, ci, NC, D, d, dmask):
 
 @triton.jit
 def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr,
-             V0: tl.constexpr):
+             V0: tl.constexpr, reset_ptr, T, HAS_RESET: tl.constexpr):
     """A tile's coefficients and inputs in fp32: (a, b) with the identity (1, 0) where masked,
     or for the log op (log a, log b_t from row t + V0) with the identity (0, -inf)."""
     a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
@@ -126,17 +133,19 @@ def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d
         b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
         a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
         b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESET:  # packed sequences: the carry restarts at each one's first step
+        a = tl.where(_resets(reset_ptr, rows, T)[:, None], float("-inf") if LOG else 0.0, a)
     return a, b
 
 
 @triton.jit
 def _fwd_kernel(
-    a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_h_ptr, out_a_ptr, out_h_ptr,
+    a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_h_ptr, out_a_ptr, out_h_ptr, reset_ptr,
     T, D, NC, CHUNK, NBC,
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
-    REV: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr,
 ):
     """Linear recurrence over this program's chunk. Main pass: states h (and running
     products when WRITE_A) from h_0, carried through the summaries of the chunks before this
@@ -158,7 +167,8 @@ def _fwd_kernel(
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
+        a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
+                        reset_ptr, T, HAS_RESET)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
@@ -176,10 +186,11 @@ def _fwd_kernel(
 
 @triton.jit
 def _log_fwd_kernel(
-    lc_ptr, lv_ptr, lh0_ptr, sum_a_ptr, sum_h_ptr, out_ptr,
+    lc_ptr, lv_ptr, lh0_ptr, sum_a_ptr, sum_h_ptr, out_ptr, reset_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
+    HAS_RESET: tl.constexpr,
 ):
     """The log op over this program's chunk; log b_t is row t + V0 of lv (V0 = 1: slot 0 of
     log_values is log h_0, which lh0 then points at too; V0 = 0: log_h0 given apart).
@@ -206,7 +217,7 @@ def _log_fwd_kernel(
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
         lc, lv = _load_ab(lc_ptr, lv_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True,
-                          V0)
+                          V0, reset_ptr, T, HAS_RESET)
         a, b = tl.exp(lc), tl.exp(lv)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
@@ -227,6 +238,8 @@ def _log_fwd_kernel(
         for t in range(t_lo, tl.minimum(t_lo + CHUNK, T)):
             m = _row(t, T, REV)
             lc = tl.load(lc_ptr + bi * sa_b + m * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+            if HAS_RESET:
+                lc = tl.where(tl.load(reset_ptr + m) != 0, float("-inf"), lc)
             lv = tl.load(lv_ptr + bi * sb_b + (m + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
             ell = _logaddexp(lc + ell, lv.to(tl.float32))
             if not SUMMARY:
@@ -313,12 +326,12 @@ def _lookback_program(status_ptr, NBD, ND, I64: tl.constexpr):
 
 @triton.jit
 def _fwd_lookback_kernel(
-    a_ptr, b_ptr, h0_ptr, status_ptr, out_a_ptr, out_h_ptr,
+    a_ptr, b_ptr, h0_ptr, status_ptr, out_a_ptr, out_h_ptr, reset_ptr,
     T, D, NBD, ND, STRIDE_T,
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, WRITE_A: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
-    REV: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr,
 ):
     """Single-pass forward of the linear recurrence: one (BLOCK_T, BLOCK_D) tile per program,
     its carry-in from the tiles before it by decoupled look-back (status words after the
@@ -328,7 +341,8 @@ def _fwd_lookback_kernel(
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
-    a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0)
+    a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
+                    reset_ptr, T, HAS_RESET)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
     init_h = _initial_state(h0_ptr, bi, d, when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
@@ -343,16 +357,21 @@ def _fwd_lookback_kernel(
 
 
 @triton.jit
-def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.constexpr):
-    """a_{t+1} per row of a backward tile (0 past T; 1 on rows past T, the scan's identity)."""
+def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.constexpr, reset_ptr,
+            HAS_RESET: tl.constexpr):
+    """a_{t+1} per row of a backward tile (0 past T and where step t + 1 resets; 1 on rows past
+    T, the scan's identity)."""
     nxt = (rows + 1 < T)[:, None] & mask
-    c = tl.load(a_ptr + bi * sa_b + _row(rows + 1, T, REV)[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
+    m = _row(rows + 1, T, REV)
+    if HAS_RESET:
+        nxt = nxt & ~_resets(reset_ptr, m, T)[:, None]
+    c = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
     return tl.where(valid[:, None], c.to(tl.float32), 1.0)
 
 
 @triton.jit
 def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                  sa_b, sa_d, HAS_GA: tl.constexpr, REV: tl.constexpr):
+                  sa_b, sa_d, HAS_GA: tl.constexpr, REV: tl.constexpr, reset_ptr, T, HAS_RESET: tl.constexpr):
     """Store a backward tile's da = g^_t h_{t-1} (+ the prefix grad's g^A_t A_{t-1}) and db = g^_t
     (``off``: the tile's memory offsets; step t - 1 is a row before, or after with REV)."""
     first = (rows == 0)[:, None]
@@ -360,6 +379,8 @@ def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, of
     back = -D if REV else D
     prev = tl.load(hout_ptr + off - back, mask=later, other=0.0).to(tl.float32)
     da = ghat * tl.where(first, h0[None, :], prev)
+    if HAS_RESET:  # a reset step's coefficient was 0 whatever a said: no gradient reaches it
+        da = tl.where(_resets(reset_ptr, _row(rows, T, REV), T)[:, None], 0.0, da)
     if HAS_GA:
         aprev = tl.load(aout_ptr + off - back, mask=later, other=1.0).to(tl.float32)
         da += gahat * tl.where(first, 1.0, aprev)
@@ -370,11 +391,11 @@ def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, of
 @triton.jit
 def _bwd_kernel(
     a_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, carry_h_ptr, carry_a_ptr,
-    da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
+    da_ptr, db_ptr, dh0_ptr, sum_p_ptr, reset_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
-    REV: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr,
 ):
     """Backward of the linear recurrence over this program's chunk, t descending, from g^
     (and the prefix grad's) after the chunk, carried through the summaries of the chunks
@@ -401,7 +422,7 @@ def _bwd_kernel(
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
         off = base + _row(rows, T, REV)[:, None] * D
-        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV)
+        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
         ghat = c_run * g[None, :] + u_run
@@ -416,7 +437,7 @@ def _bwd_kernel(
             prod = prod * _last_row(c_run, BLOCK_T)
         else:
             _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                          sa_b, sa_d, HAS_GA, REV)
+                          sa_b, sa_d, HAS_GA, REV, reset_ptr, T, HAS_RESET)
     if SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_h_ptr + side, g, mask=dmask)
@@ -443,7 +464,7 @@ def _in_range(h):
 def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
                   bi, ci, di, T, D, NC, CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
                   HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, BLOCK_D: tl.constexpr,
-                  REV: tl.constexpr):
+                  REV: tl.constexpr, reset_ptr, HAS_RESET: tl.constexpr):
     """``_log_bwd_kernel``'s chunk again as the bounded recurrence of the shares, row by row
     with t descending, overwriting its grads (SUMMARY: storing P and q); rarely called
     (scalar arguments, results through memory). Made a function of its own in the hope of
@@ -462,11 +483,15 @@ def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dl
     h_next = tl.load(h_ptr + base + m_after * D, mask=when(after, dmask), other=1.0).to(tl.float32)
     lc_next = tl.load(lc_ptr + bi * sa_b + m_after * sa_t + d * sa_d, mask=when(after, dmask),
                       other=0.0).to(tl.float32)
+    if HAS_RESET:
+        lc_next = tl.where(after & (tl.load(reset_ptr + m_after, mask=after, other=0) != 0), float("-inf"), lc_next)
     for j in range(0, tl.minimum(CHUNK, T - t_lo)):
         t = tl.minimum(t_lo + CHUNK, T) - 1 - j
         m = _row(t, T, REV)
         h = tl.load(h_ptr + base + m * D, mask=dmask, other=1.0).to(tl.float32)
         lc = tl.load(lc_ptr + bi * sa_b + m * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        if HAS_RESET:
+            lc = tl.where(tl.load(reset_ptr + m) != 0, float("-inf"), lc)
         lh = tl.log(h)
         c = _share(lc_next + lh - tl.log(h_next), when(t + 1 < T, h_next > 0.0))  # r_{t+1}
         q = tl.load(gh_ptr + base + m * D, mask=dmask, other=0.0).to(tl.float32) * h + c * q
@@ -489,10 +514,11 @@ def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dl
 
 @triton.jit
 def _log_bwd_kernel(
-    lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
+    lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr, reset_ptr,
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
+    HAS_RESET: tl.constexpr,
 ):
     """Backward of the log op over this program's chunk, t descending, from q_in = g^ h at
     the row after the chunk (0 at the end of time). First the linear backward
@@ -530,6 +556,8 @@ def _log_bwd_kernel(
         mrows = _row(rows, T, REV)
         off = base[None, :] + mrows[:, None] * D
         a_off = bi * sa_b + mrows[:, None] * sa_t + d[None, :] * sa_d
+        if HAS_RESET:  # a reset at step t + 1: its coefficient is 0 (log -inf, the masked value)
+            nxt = nxt & ~_resets(reset_ptr, _row(rows + 1, T, REV), T)[:, None]
         lc_next = tl.load(lc_ptr + a_off + (-sa_t if REV else sa_t), mask=nxt, other=float("-inf")).to(tl.float32)
         c = tl.where(valid[:, None], tl.exp(lc_next), 1.0)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
@@ -542,6 +570,10 @@ def _log_bwd_kernel(
             bad = bad | grows
         else:
             lc = tl.load(lc_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+            rst = mask & False
+            if HAS_RESET:
+                rst = _resets(reset_ptr, mrows, T)[:, None] & mask
+                lc = tl.where(rst, float("-inf"), lc)
             lv = tl.load(lv_ptr + bi * sb_b + (mrows + V0)[:, None] * sb_t + d[None, :] * sb_d, mask=mask,
                          other=0.0).to(tl.float32)
             hp = tl.load(h_ptr + off - (-D if REV else D), mask=(rows >= 1)[:, None] & mask, other=1.0).to(tl.float32)
@@ -549,7 +581,9 @@ def _log_bwd_kernel(
             a, b = tl.exp(lc), tl.exp(lv)
             _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, mrows, off, mask, ghat * a * hp, ghat * b, T, D, V0)
             # and decays, log values and the states multiplied by within e^+-LOG_RANGE
-            far = (a > 1.0) | (a < 1.0 / LOG_SPAN) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | ~_in_range(hp)
+            # (a reset's a = 0 is exact: its dlog_a is 0 either way)
+            far = (a > 1.0) | ((a < 1.0 / LOG_SPAN) & ~rst) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) \
+                | (~_in_range(hp) & ~rst)
             bad = bad | grows | (mask & far)
     q = g * h_first
     # P = prod r_{t+1} = (prod a_{t+1}) h_first / h_after, from logs: prod a alone can underflow
@@ -557,7 +591,7 @@ def _log_bwd_kernel(
     if tl.max(tl.max(bad.to(tl.int32), axis=0), axis=0) > 0:
         _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dlv_ptr, dh0_ptr, sum_p_ptr,
                       bi, ci, di, T, D, NC, CHUNK, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
-                      HAS_CARRY, SUMMARY, V0, BLOCK_D, REV)
+                      HAS_CARRY, SUMMARY, V0, BLOCK_D, REV, reset_ptr, HAS_RESET)
     elif SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_ptr + side, q, mask=dmask)
@@ -596,11 +630,11 @@ def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, mrows, off, mask, da, db, T,
 
 @triton.jit
 def _bwd_lookback_kernel(
-    a_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, status_ptr, da_ptr, db_ptr, dh0_ptr,
+    a_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, status_ptr, da_ptr, db_ptr, dh0_ptr, reset_ptr,
     T, D, NBD, ND, STRIDE_T, sa_b, sa_t, sa_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
-    REV: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr,
 ):
     """Single-pass backward of the linear recurrence: ``_bwd_kernel``'s tile body, one tile
     per program, tiles taken from the end of time; the carry (g^ after the tile) by
@@ -613,7 +647,7 @@ def _bwd_lookback_kernel(
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
     off = bi * T * D + _row(rows, T, REV)[:, None] * D + d[None, :]
-    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV)
+    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET)
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
     tot_c = _last_row(c_run, BLOCK_T)
@@ -634,7 +668,7 @@ def _bwd_lookback_kernel(
     last = tr == n_tiles - 1  # the tile holding t = 0
     h0 = _initial_state(h0_ptr, bi, d, when(last, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
     _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                  sa_b, sa_d, HAS_GA, REV)
+                  sa_b, sa_d, HAS_GA, REV, reset_ptr, T, HAS_RESET)
     if HAS_H0:  # dL/dh_0 = a_0 g^_0
         a0 = tl.load(a_ptr + bi * sa_b + _row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
@@ -659,11 +693,12 @@ def _geometry(a, log: bool):
     return block_t, block_d, warps, cdiv(T, chunk), chunk
 
 
-def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False):
+def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=None):
     """States (and running products when ``write_a``) of the elementwise recurrence: one
     pass, or where T is chunked a summary pass and the main pass, which folds the chunk
     summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead).
-    ``reverse``: from the end of time (the log op then takes h_0 apart: log_values (B, T, D))."""
+    ``reverse``: from the end of time (the log op then takes h_0 apart: log_values (B, T, D)).
+    ``reset``: int8 (T,) flags of the memory rows where a packed sequence's scan begins (B = 1)."""
     B, T, D = a.shape
     if reverse and log and h0 is None:
         raise ValueError("a reversed log scan takes log_h0 apart (log_values (B, T, D)), not in slot 0")
@@ -673,22 +708,22 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False):
         return (out_a if write_a else None), out_h
     block_t, block_d, warps, nc, chunk = _geometry(a, log)
     if not log and common.use_lookback(nc):
-        _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h),
+        _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h, reset),
                          (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a,
-                         REV=reverse)
+                         REV=reverse, HAS_RESET=reset is not None)
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
-        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps), reverse)
+        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps), reverse, reset)
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=common.stages(log, "fwd"), REV=reverse, num_warps=warps)
+                STAGES=common.stages(log, "fwd"), REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
-        common.launch(_log_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_h, T, D, nc, chunk, B_nc,
+        common.launch(_log_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_h, reset, T, D, nc, chunk, B_nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
     else:
-        common.launch(_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_a, out_h, T, D, nc, chunk, B_nc,
+        common.launch(_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_a, out_h, reset, T, D, nc, chunk, B_nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=write_a, **meta)
     return (out_a if write_a else None), out_h
 
@@ -708,7 +743,7 @@ def _launch_lookback(kernel, a, planes: int, before, after, strides, **flags):
     )
 
 
-def _summaries(a, b, h0, log, nc, chunk, tile, reverse):
+def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset):
     """Each chunk's summary (B, nc, D) x 2 from one pass: (product of a, state from zero),
     the log op's as (sum of log a, log state from zero); the main pass folds them."""
     B, T, D = a.shape
@@ -717,17 +752,17 @@ def _summaries(a, b, h0, log, nc, chunk, tile, reverse):
     sum_h = torch.empty_like(sum_a)
     grid = (B * nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=common.stages(log, "fwd"), REV=reverse, num_warps=warps)
+                STAGES=common.stages(log, "fwd"), REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
-        common.launch(_log_fwd_kernel, grid, a, b, h0, sum_a, sum_h, None, T, D, nc, chunk, B * nc,
+        common.launch(_log_fwd_kernel, grid, a, b, h0, sum_a, sum_h, None, reset, T, D, nc, chunk, B * nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
     else:
-        common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, T, D, nc, chunk, B * nc,
+        common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, reset, T, D, nc, chunk, B * nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True, **meta)
     return sum_a, sum_h
 
 
-def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False):
+def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, reset=None):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs (the
     log op: of log_coeffs, log_values and log_h0, None in the slot-0 form); ``reverse`` as the
     forward ran."""
@@ -742,13 +777,13 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False):
     block_t, block_d, warps, nc, chunk = _geometry(a, log)
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
         _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, h0, gh, ga, hout, aout),
-                         (da, db, dh0), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None, HAS_GA=ga is not None,
-                         REV=reverse)
+                         (da, db, dh0, reset), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None,
+                         HAS_GA=ga is not None, REV=reverse, HAS_RESET=reset is not None)
         return da, db, dh0
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     consts = dict(I64=needs_int64(a, b, gh, hout), BLOCK_T=block_t, BLOCK_D=block_d,
-                  STAGES=common.stages(log, "bwd"), REV=reverse, num_warps=warps)
+                  STAGES=common.stages(log, "bwd"), REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
         kernel, before, after = _log_bwd_kernel, (a, b, h0, gh, hout), (da, db, dh0)
         args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))
@@ -762,28 +797,32 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False):
         sum_p = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
         sums = (torch.empty_like(sum_p),) if log else (torch.empty_like(sum_p),
                                                         torch.empty_like(sum_p) if ga is not None else None)
-        common.launch(kernel, grid, *before, *sums, *((None,) * len(after)), sum_p, *args,
+        common.launch(kernel, grid, *before, *sums, *((None,) * len(after)), sum_p, reset, *args,
                       HAS_CARRY=False, SUMMARY=True, **consts)
-    common.launch(kernel, grid, *before, *sums, *after, sum_p, *args, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
+    common.launch(kernel, grid, *before, *sums, *after, sum_p, reset, *args, HAS_CARRY=nc > 1, SUMMARY=False,
+                  **consts)
     return da, db, dh0
 
 
 linear_scan = common.prefix_scan_op(
     "linear_scan",
-    lambda a, b, h0, write_a, reverse: _forward(a, b, h0, log=False, write_a=write_a, reverse=reverse),
-    lambda a, h0, prod, h, g_prod, g_h, reverse: _backward(a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None,
-                                                           log=False, reverse=reverse),
+    lambda a, b, h0, write_a, reverse, reset: _forward(a, b, h0, log=False, write_a=write_a, reverse=reverse,
+                                                       reset=reset),
+    lambda a, h0, prod, h, g_prod, g_h, reverse, reset: _backward(
+        a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None, log=False, reverse=reverse, reset=reset),
 )
 
 
 def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor],
-             reverse: bool) -> torch.Tensor:
-    return _forward(log_coeffs, log_values, log_h0, log=True, write_a=False, reverse=reverse)[1]
+             reverse: bool, reset: Optional[torch.Tensor]) -> torch.Tensor:
+    return _forward(log_coeffs, log_values, log_h0, log=True, write_a=False, reverse=reverse, reset=reset)[1]
 
 
 def _log_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor], h: torch.Tensor,
-             g_h: torch.Tensor, reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    d_coeffs, d_values, d_h0 = _backward(log_coeffs, log_values, log_h0, g_h, None, h, None, log=True, reverse=reverse)
+             g_h: torch.Tensor, reverse: bool, reset: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                    torch.Tensor]:
+    d_coeffs, d_values, d_h0 = _backward(log_coeffs, log_values, log_h0, g_h, None, h, None, log=True, reverse=reverse,
+                                         reset=reset)
     return d_coeffs, d_values, (d_h0 if d_h0 is not None else log_coeffs.new_empty(0))
 
 
@@ -792,12 +831,12 @@ log_scan_bwd = triton_op("scankit::log_scan_bwd", mutates_args={})(_log_bwd)
 
 
 @log_scan_fwd.register_fake
-def _(log_coeffs, log_values, log_h0, reverse):
+def _(log_coeffs, log_values, log_h0, reverse, reset):
     return _empty(log_coeffs.shape, log_coeffs)
 
 
 @log_scan_bwd.register_fake
-def _(log_coeffs, log_values, log_h0, h, g_h, reverse):
+def _(log_coeffs, log_values, log_h0, h, g_h, reverse, reset):
     return (_empty(log_coeffs.shape, log_coeffs), _empty(log_values.shape, log_values),
             _empty(log_h0.shape if log_h0 is not None else (0,), log_coeffs))
 
@@ -807,15 +846,15 @@ _log_bwd_call = common.either(log_scan_bwd, _log_bwd)
 
 def _log_setup(ctx, inputs, output):
     ctx.has_h0, ctx.reverse = inputs[2] is not None, inputs[3]
-    ctx.save_for_backward(*inputs[:3], output)
+    ctx.save_for_backward(*inputs[:3], inputs[4], output)
 
 
 def _log_backward(ctx, g_h):
-    log_coeffs, log_values, log_h0, h = ctx.saved_tensors
+    log_coeffs, log_values, log_h0, reset, h = ctx.saved_tensors
     if g_h is None:
-        return None, None, None, None
-    d_coeffs, d_values, d_h0 = _log_bwd_call(log_coeffs, log_values, log_h0, h, g_h, ctx.reverse)
-    return d_coeffs, d_values, (d_h0 if ctx.has_h0 else None), None
+        return None, None, None, None, None
+    d_coeffs, d_values, d_h0 = _log_bwd_call(log_coeffs, log_values, log_h0, h, g_h, ctx.reverse, reset)
+    return d_coeffs, d_values, (d_h0 if ctx.has_h0 else None), None, None
 
 
 log_scan = common.with_autograd(log_scan_fwd, _log_fwd, _log_setup, _log_backward)
