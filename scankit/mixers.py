@@ -323,7 +323,7 @@ class MinGRUBlock(nn.Module):
             return y
         if cu_seqlens is None:
             return y, h[:, -1].clone()
-        return y, packed.final_states(h, cu_seqlens[1:].to(device=h.device, dtype=torch.int64))
+        return y, packed.final_states(h, cu_seqlens[1:].to(device=h.device, dtype=torch.int64, non_blocking=True))
 
     def step(self, x_t, h=None, delta_t=None):
         """One token: returns (y_t (B, dim), h (B, dim))."""

@@ -23,7 +23,7 @@ def offsets(cu_seqlens, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch
     """(starts, ends) of the packed sequences, as int64 on ``x``'s device, after checking
     ``cu_seqlens`` against ``x`` (batch 1, time at dim 1). Reads the offsets on the host: a
     device ``cu_seqlens`` costs one synchronisation per call (a wrong offset would otherwise
-    be a silent miscomputation). Traced (torch.compile, fake tensors) the values are not
+    be a silent miscomputation); a CPU one costs none. Traced (torch.compile, fake tensors) the values are not
     known: dtype, shape and device are checked, the offsets are trusted."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"cu_seqlens must be a torch.Tensor of int32 or int64 offsets (N+1,); got "
@@ -53,7 +53,10 @@ def offsets(cu_seqlens, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch
         kind = "decreases" if lengths[n] < 0 else "has an empty sequence"
         raise ValueError(f"cu_seqlens {kind} at sequence {n} ({values[n]} -> {values[n + 1]}): offsets must "
                          f"increase strictly (every sequence at least one step)")
-    bounds = torch.tensor(values, dtype=torch.int64, device=x.device)
+    if cu_seqlens.device == x.device:
+        bounds = cu_seqlens.to(torch.int64)
+    else:  # from the host without a stream synchronisation (a blocking copy would wait for the GPU)
+        bounds = torch.tensor(values, dtype=torch.int64).to(x.device, non_blocking=True)
     return bounds[:-1], bounds[1:]
 
 
