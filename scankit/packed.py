@@ -53,10 +53,8 @@ def offsets(cu_seqlens, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch
         kind = "decreases" if lengths[n] < 0 else "has an empty sequence"
         raise ValueError(f"cu_seqlens {kind} at sequence {n} ({values[n]} -> {values[n + 1]}): offsets must "
                          f"increase strictly (every sequence at least one step)")
-    if cu_seqlens.device == x.device:
-        bounds = cu_seqlens.to(torch.int64)
-    else:  # from the host without a stream synchronisation (a blocking copy would wait for the GPU)
-        bounds = torch.tensor(values, dtype=torch.int64).to(x.device, non_blocking=True)
+    # to the device without a stream synchronisation (a blocking copy would wait for the GPU)
+    bounds = torch.tensor(values, dtype=torch.int64).to(x.device, non_blocking=True)
     return bounds[:-1], bounds[1:]
 
 
