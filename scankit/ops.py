@@ -69,26 +69,32 @@ def _with_final(out, return_final_state: bool, reverse: bool = False):
     the end): of the states (``return_prefix=False``, the log op) or of the solution from
     h_0 = 0 (the prefix form; the total transition is the prefix's last step). A copy, so that
     keeping it (streaming, chunked prefill) does not keep every step's state alive."""
-    if return_final_state is False:
+    if not _check_flag("return_final_state", return_final_state):
         return out
-    if return_final_state is not True:
-        raise TypeError(f"return_final_state must be True or False; got {return_final_state!r}")
     last = 0 if reverse else -1
     if isinstance(out, tuple):
         return (*out, out[-1][:, last].clone())
     return out, out[:, last].clone()
 
 
-def _check_reverse(reverse) -> None:
-    if reverse is not True and reverse is not False:
-        raise TypeError(f"reverse must be True or False; got {reverse!r}")
+def _check_flag(name: str, value) -> bool:
+    """``value``, which must be True or False (not merely truthy): a flag named ``name``."""
+    if value is not True and value is not False:
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return value
 
 
 def _packed(kind: str, op, name: str, coeffs, inputs, h0, cu_seqlens, tail: tuple, layout: str,
-            return_final_state, h0_name: str = "h0", reverse: bool = False, **op_kwargs):
+            return_final_state, h0_name: str = "h0", reverse: bool = False, return_prefix=None):
     """``op``'s states of the packed sequences ``cu_seqlens`` (``scankit.packed``): each from
     its own h0[n] (zeros when None), final states (N, ...) with ``return_final_state``;
-    ``reverse``: ``op`` scans from the end (given ``reverse=True``), each sequence from its last step."""
+    ``reverse``: ``op`` scans from the end (given ``reverse=True``), each sequence from its last step.
+    ``return_prefix``: the affine ops' flag (None for the log op), which must be False."""
+    op_kwargs = {}
+    if return_prefix is not None:
+        if return_prefix:
+            raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
+        op_kwargs["return_prefix"] = False
     starts, ends = packed.offsets(cu_seqlens, coeffs, name)
     if reverse:  # a sequence's scan starts at its last step and ends at its first
         starts, ends = ends - 1, starts + 1
@@ -97,8 +103,7 @@ def _packed(kind: str, op, name: str, coeffs, inputs, h0, cu_seqlens, tail: tupl
         _check_tensor(h0_name, h0, 1 + len(tail), layout)
         _check_same(name, coeffs, h0_name, h0)
         _check_shape(h0_name, h0, (len(starts), *tail), layout)
-    if return_final_state not in (True, False):
-        raise TypeError(f"return_final_state must be True or False; got {return_final_state!r}")
+    _check_flag("return_final_state", return_final_state)
     inputs = packed.with_initial_states(kind, coeffs, inputs, h0, starts)
     if kind == "matrix":
         h = op(packed.reset_coefficients(kind, coeffs, starts), inputs, **op_kwargs)
@@ -127,10 +132,8 @@ def _time_reversed(op, reverse):
     from h0 = h_{T+1}; the outputs in the inputs' time order, the final state h_1. The
     time-indexed inputs go in flipped and the outputs come back flipped (copies, with their
     gradients): the block ops and the eager references (the elementwise kernels need none)."""
-    if reverse is False:
+    if not _check_flag("reverse", reverse):
         return op
-    if reverse is not True:
-        raise TypeError(f"reverse must be True or False; got {reverse!r}")
 
     def flip(x):
         return x.flip(1) if isinstance(x, torch.Tensor) and x.dim() > 2 else x
@@ -207,8 +210,7 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     16384 on minGRU-like inputs, where the kernel stays near 1e-7) because it subtracts a
     running sum of log_coeffs that grows with T; give it float64 inputs for long sequences.
     """
-    _check_reverse(reverse)
-    op = _log_slot_apart(_parallel_scan_log) if reverse else _parallel_scan_log
+    op = _log_slot_apart(_parallel_scan_log) if _check_flag("reverse", reverse) else _parallel_scan_log
     return _along_dim(dim, op, (log_coeffs, log_values),
                       dict(log_h0=log_h0, return_final_state=return_final_state, cu_seqlens=cu_seqlens, reverse=reverse))
 
@@ -267,7 +269,7 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     piece's h_T, equals one call. ``dim``: the time dim (default 1; ``dim=-1`` for (B, D, T)).
     ``reverse``, ``cu_seqlens``: the module doc.
     """
-    _check_reverse(reverse)
+    _check_flag("reverse", reverse)
     return _along_dim(dim, _linear_scan, (a, b),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
                            cu_seqlens=cu_seqlens, reverse=reverse))
@@ -281,10 +283,8 @@ def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
     _check_same("a", a, "b", b)
     _check_shape("b", b, a.shape, "(B, T, D) like a")
     if cu_seqlens is not None:
-        if return_prefix:
-            raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
         return _packed("elementwise", _linear_scan, "a", a, b, h0, cu_seqlens, (a.shape[2],), "(N, D)",
-                       return_final_state, reverse=reverse, return_prefix=False)
+                       return_final_state, reverse=reverse, return_prefix=return_prefix)
     _check_h0(h0, a, "a", (a.shape[0], a.shape[2]), "(B, D)", return_prefix)
     eager = _time_reversed(reference.linear_scan, reverse)
     # resets (from _packed): the rows where a packed sequence's scan begins; the kernels reset there in place
@@ -323,10 +323,8 @@ def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
     _check_same("M", M, "b", b)
     _check_shape("b", b, M.shape[:3] + (2,), "(B, T, n, 2)")
     if cu_seqlens is not None:
-        if return_prefix:
-            raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
         return _packed("matrix", _matrix_scan, "M", M, b, h0, cu_seqlens, (M.shape[2], 2), "(N, n, 2)",
-                       return_final_state, return_prefix=False)
+                       return_final_state, return_prefix=return_prefix)
     _check_h0(h0, M, "M", (M.shape[0], M.shape[2], 2), "(B, n, 2)", return_prefix)
     return _with_final(dispatch.run(
         "matrix_scan",
@@ -362,10 +360,8 @@ def _matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_pre
     if tuple(B.shape[:4]) != tuple(A.shape[:4]) or B.shape[4] < 1:
         raise ValueError(f"B must have shape (B, T, n, k, v) = {tuple(A.shape[:4])} + (v,); got {tuple(B.shape)}")
     if cu_seqlens is not None:
-        if return_prefix:
-            raise ValueError("cu_seqlens gives each packed sequence's states: pass return_prefix=False")
-        return _packed("matrix", _matrix_affine_scan, "A", A, B, h0, cu_seqlens, (A.shape[2], A.shape[3], B.shape[4]), "(N, n, k, v)",
-                       return_final_state, return_prefix=False)
+        return _packed("matrix", _matrix_affine_scan, "A", A, B, h0, cu_seqlens, (A.shape[2], A.shape[3], B.shape[4]),
+                       "(N, n, k, v)", return_final_state, return_prefix=return_prefix)
     _check_h0(h0, A, "A", (A.shape[0], A.shape[2], A.shape[3], B.shape[4]), "(B, n, k, v)", return_prefix)
     return _with_final(dispatch.run(
         "matrix_affine_scan",

@@ -23,8 +23,8 @@ def offsets(cu_seqlens, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch
     """(starts, ends) of the packed sequences, as int64 on ``x``'s device, after checking
     ``cu_seqlens`` against ``x`` (batch 1, time at dim 1). Reads the offsets on the host: a
     device ``cu_seqlens`` costs one synchronisation per call (a wrong offset would otherwise
-    be a silent miscomputation); a CPU one costs none. Traced (torch.compile, fake tensors) the values are not
-    known: dtype, shape and device are checked, the offsets are trusted."""
+    be a silent miscomputation); a CPU one costs none. Traced (torch.compile, fake tensors)
+    the values are not known: dtype, shape and device are checked, the offsets are trusted."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"cu_seqlens must be a torch.Tensor of int32 or int64 offsets (N+1,); got "
                         f"{type(cu_seqlens).__name__}")

@@ -64,20 +64,37 @@ def kernels_only(monkeypatch):
         yield
 
 
+def joint_trace_matches_eager(loss, xs, name):
+    """AOTAutograd's fake-tensor trace of ``loss`` holds the custom ops ``scankit::{name}_fwd``
+    and ``_bwd`` as graph nodes, and the compiled grads equal eager's."""
+    joint = Joint()
+    compiled = aot_function(loss, fw_compiler=joint.run, bw_compiler=joint.run, partition_fn=joint.partition)
+    grads = torch.autograd.grad(compiled(*xs), xs)
+    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
+    for g, r in zip(grads, torch.autograd.grad(loss(*xs), xs)):
+        torch.testing.assert_close(g, r)
+
+
+def inductor_matches_eager(compiled, loss, xs, calls=1):
+    """``compiled`` (loss under torch.compile) against ``loss`` eagerly, value and grads, on
+    memory poisoned with NaN; ``calls`` > 1 replays (CUDA graphs: recorded, then replayed)."""
+    poison_cuda_cache()  # a read of memory nobody wrote gives NaN, not fresh memory's zeros
+    for _ in range(calls):
+        value = compiled(*xs)
+        grads = torch.autograd.grad(value, xs)
+    ref = loss(*xs)
+    torch.testing.assert_close(value, ref, rtol=1e-5, atol=1e-3)
+    for g, r in zip(grads, torch.autograd.grad(ref, xs)):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("op_name", list(OPS))
 def test_joint_trace_runs_the_backward_op(op_name, seed, kernels_only):
     """AOTAutograd traces forward and backward with fake tensors: the backward must be the
     registered backward op (a kernel run on fake tensors fails: it has no data), and the
     compiled function's grads are eager's."""
     xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], T=9), device=DEVICE, seed=seed)]
-    joint = Joint()
-    compiled = aot_function(op_loss(op_name), fw_compiler=joint.run, bw_compiler=joint.run,
-                            partition_fn=joint.partition)
-    grads = torch.autograd.grad(compiled(*xs), xs)
-    name = CUSTOM_OPS[op_name]
-    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
-    for g, r in zip(grads, torch.autograd.grad(op_loss(op_name)(*xs), xs)):
-        torch.testing.assert_close(g, r)
+    joint_trace_matches_eager(op_loss(op_name), xs, CUSTOM_OPS[op_name])
 
 
 @pytest.mark.parametrize("mixer", list(MIXERS))
@@ -141,14 +158,7 @@ def test_inductor_op_fwd_bwd(op_name, mode, seed, monkeypatch):
     for T in (13, 257):  # a second shape: dynamic=True must take it without a wrong result
         xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), T=T),
                                                                 device=DEVICE, seed=seed + T)]
-        poison_cuda_cache()  # a read of memory nobody wrote gives NaN, not fresh memory's zeros
-        for _ in range(2 if mode == "cudagraphs" else 1):  # CUDA graphs: recorded, then replayed
-            loss = compiled(*xs)
-            grads = torch.autograd.grad(loss, xs)
-        ref = op_loss(op_name)(*xs)
-        torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
-        for g, r in zip(grads, torch.autograd.grad(ref, xs)):
-            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+        inductor_matches_eager(compiled, op_loss(op_name), xs, calls=2 if mode == "cudagraphs" else 1)
 
 
 @gpu
@@ -201,12 +211,7 @@ def test_joint_trace_of_the_log_h0_form(seed, kernels_only):
     def loss(lc, lv, lh0):
         return (scankit.parallel_scan_log(lc, lv, log_h0=lh0) * torch.arange(5.0, device=lc.device)).sum()
 
-    joint = Joint()
-    compiled = aot_function(loss, fw_compiler=joint.run, bw_compiler=joint.run, partition_fn=joint.partition)
-    grads = torch.autograd.grad(compiled(*xs), xs)
-    assert {"scankit.log_scan_fwd.default", "scankit.log_scan_bwd.default"} <= joint.targets(), joint.targets()
-    for got, want in zip(grads, torch.autograd.grad(loss(*xs), xs)):
-        torch.testing.assert_close(got, want)
+    joint_trace_matches_eager(loss, xs, "log_scan")
 
 
 PUBLIC_OPS = ["parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan"]
@@ -246,13 +251,7 @@ def test_joint_trace_of_reverse_and_packed_calls(op_name, form, seed, kernels_on
     graph nodes and the compiled grads equal eager's."""
     make, dims = CALL_FORMS[form]
     xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(SMALL[op_name], T=9, **dims), device=DEVICE, seed=seed)]
-    joint = Joint()
-    compiled = aot_function(make(op_name), fw_compiler=joint.run, bw_compiler=joint.run, partition_fn=joint.partition)
-    grads = torch.autograd.grad(compiled(*xs), xs)
-    name = CUSTOM_OPS[op_name]
-    assert {f"scankit.{name}_fwd.default", f"scankit.{name}_bwd.default"} <= joint.targets(), joint.targets()
-    for g, r in zip(grads, torch.autograd.grad(make(op_name)(*xs), xs)):
-        torch.testing.assert_close(g, r)
+    joint_trace_matches_eager(make(op_name), xs, CUSTOM_OPS[op_name])
 
 
 @pytest.mark.parametrize("op_name", PUBLIC_OPS)
@@ -282,10 +281,4 @@ def test_inductor_reverse_and_packed_fwd_bwd(op_name, form, seed, monkeypatch):
     T = 9 if form == "packed" else 257
     xs = [x.requires_grad_() for x in OPS[op_name].inputs(dict(OPS[op_name].dims_at(SHAPES["lab"]), T=T, **dims),
                                                             device=DEVICE, seed=seed)]
-    poison_cuda_cache()
-    loss = compiled(*xs)
-    grads = torch.autograd.grad(loss, xs)
-    ref = make(op_name)(*xs)
-    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-3)
-    for g, r in zip(grads, torch.autograd.grad(ref, xs)):
-        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+    inductor_matches_eager(compiled, make(op_name), xs)
