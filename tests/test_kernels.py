@@ -385,6 +385,44 @@ def test_lookback_state_only_with_h0_and_strided_inputs(with_h0, seed, lookback,
         assert "_fwd_lookback_kernel" not in launches
 
 
+def test_lookback_status_words_are_reused_across_calls(seed, launches, monkeypatch):
+    """Back-to-back look-back calls of different sizes share one status buffer (no memset per
+    call): each call's words carry its epoch, so the words an earlier or larger call left
+    never pass for a predecessor's (on a GPU a tile reads them before its predecessor
+    publishes). Every call against the oracle; the ticket word after each: count 0, the next
+    epoch; at EPOCHS calls the host zeroes the buffer and the epochs start over."""
+    from scankit.triton import common
+
+    monkeypatch.setitem(common.LOOKBACK, "linear", "always")
+    monkeypatch.setattr(common, "EPOCHS", 4)
+    monkeypatch.setattr(common, "_STATUS", {})
+    sizes = [dict(B=2, D=40, T=300), dict(B=1, D=5, T=13), dict(B=3, D=9, T=150), dict(B=1, D=33, T=257)] * 2
+    first_round = None
+    for i, dims in enumerate(sizes):
+        xs = OPS["linear_scan"].inputs(dims, device=DEVICE, seed=seed + i)
+        check("linear_scan", xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)  # a forward and a backward
+        (buf, calls), = common._STATUS.values()  # calls: since the buffer was made (it grows, zeroed)
+        assert buf[0].item() == ((calls % 4) << 32), (i, calls, hex(buf[0].item()))  # count 0, epoch calls mod 4
+        first_round = first_round or (buf.data_ptr() if i == 3 else None)
+    assert buf.data_ptr() == first_round, "the second round reuses the first round's buffer"
+    assert calls > 4, "the epochs came round: the host zeroed the buffer"
+    assert launches.count("_fwd_lookback_kernel") == len(sizes) == launches.count("_bwd_lookback_kernel")
+
+
+def test_captured_and_traced_lookback_calls_get_their_own_zeroed_words(monkeypatch):
+    """Outside the direct (eager) path, a look-back call's words are its own, zeroed: a CUDA
+    graph replays its fill, and a trace never holds the shared buffer."""
+    from scankit.triton import common
+
+    monkeypatch.setattr(common, "_STATUS", {})
+    words = common.status_words(torch.device("cpu"), 10)
+    assert words.shape == (11,) and not words.any() and common._STATUS == {}
+    with common.direct():
+        shared = common.status_words(torch.device("cpu"), 10)
+        assert common.status_words(torch.device("cpu"), 4).data_ptr() == shared.data_ptr()
+        assert common.status_words(torch.device("cpu"), 100).numel() == 101  # grown, zeroed
+
+
 @pytest.mark.parametrize("T", [1, 13, 150, 257])
 @pytest.mark.parametrize("layout", ["contiguous", "time-major", "broadcast-h0"])
 def test_log_op_with_log_h0_apart(T, layout, seed, launches):

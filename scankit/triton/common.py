@@ -108,6 +108,33 @@ def use_lookback(chunks: int) -> bool:
     return mode == "always" or (mode == "chunked" and chunks > 1)
 
 
+# Look-back status words, kept between calls: the kernels leave them reusable (the last
+# ticket resets the count and starts a new epoch; a word of an older epoch reads as
+# unpublished), so a call costs no memset. Epochs count modulo EPOCHS (the kernels' mask);
+# the host zeroes a buffer each time its calls come round to it, so no word of an older
+# epoch can ever match.
+EPOCHS = 1 << 29
+_STATUS: dict = {}
+
+
+def status_words(device: torch.device, n: int) -> torch.Tensor:
+    """int64 (1 + n,) look-back words: the ticket word, then ``n`` status words. Eager calls
+    share one buffer per (device, stream), whose launches the stream orders; traced calls and
+    CUDA-graph captures get a zeroed buffer of their own (its fill is in the graph)."""
+    shared = getattr(_launching, "direct", False) and not (on_gpu(device) and torch.cuda.is_current_stream_capturing())
+    if not shared:
+        return torch.zeros(1 + n, device=device, dtype=torch.int64)
+    key = (device, torch.cuda.current_stream(device).stream_id) if on_gpu(device) else (device, None)
+    entry = _STATUS.get(key)
+    if entry is None or entry[0].numel() < 1 + n:
+        entry = _STATUS[key] = [torch.zeros(max(1 + n, 2 * entry[0].numel() if entry else 0), device=device,
+                                            dtype=torch.int64), 0]
+    elif entry[1] % EPOCHS == 0:
+        entry[0].zero_()
+    entry[1] += 1
+    return entry[0]
+
+
 def lookback_tiles(device: torch.device) -> tuple[int, int, int]:
     """(BLOCK_T, BLOCK_D, num_warps) of the look-back kernels."""
     return tuple(LOOKBACK["tile"]) if on_gpu(device) else tiles(device)

@@ -252,11 +252,11 @@ def _log_fwd_kernel(
 
 
 @triton.jit
-def _pack(x, FLAG: tl.constexpr):
-    """A look-back status word: fp32 ``x`` in the low 32 bits, ``FLAG`` above (1: the tile's
-    aggregate, 2: its inclusive prefix). One 64-bit store, so a reader sees value and flag
-    together and needs no fence."""
-    return x.to(tl.uint32, bitcast=True).to(tl.int64) | (FLAG << 32)
+def _pack(x, FLAG: tl.constexpr, epoch):
+    """A look-back status word: fp32 ``x`` in the low 32 bits, ``4 epoch + FLAG`` above (1: the
+    tile's aggregate, 2: its inclusive prefix). One 64-bit store, so a reader sees value and
+    flag together and needs no fence; a word of another call (epoch) reads as unpublished."""
+    return x.to(tl.uint32, bitcast=True).to(tl.int64) | ((epoch * 4 + FLAG).to(tl.int64) << 32)
 
 
 @triton.jit
@@ -265,7 +265,7 @@ def _unpack(w):
 
 
 @triton.jit
-def _look_back(words_a, words_h, ti, stride_t, col, colmask, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr):
+def _look_back(words_a, words_h, ti, stride_t, col, colmask, epoch, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr):
     """(A, H): the composition of tiles 0 .. ti - 1 of these columns, from their status words.
 
     Reads WINDOW predecessors at a time, newest last; per column it stops at the newest
@@ -282,7 +282,8 @@ def _look_back(words_a, words_h, ti, stride_t, col, colmask, BLOCK_D: tl.constex
         off = j[:, None] * stride_t + col[None, :]
         wa = tl.load(words_a + off, mask=live, other=0, volatile=True)
         wh = tl.load(words_h + off, mask=live, other=0, volatile=True)
-        flag = tl.where((wa >> 32) == (wh >> 32), wa >> 32, 0)
+        hi = wa >> 32
+        flag = tl.where((hi == (wh >> 32)) & ((hi >> 2) == epoch), hi & 3, 0)
         newest = tl.max(tl.where(live & (flag == 2), j[:, None], -1), axis=0)
         need = live & (j[:, None] >= newest[None, :])
         if tl.min(tl.where(need, (flag > 0).to(tl.int32), 1)) == 1:
@@ -295,7 +296,7 @@ def _look_back(words_a, words_h, ti, stride_t, col, colmask, BLOCK_D: tl.constex
 
 
 @triton.jit
-def _carry_in(words_a, words_h, ti, stride_t, col, colmask, tot_a, tot_h, init_h,
+def _carry_in(words_a, words_h, ti, stride_t, col, colmask, tot_a, tot_h, init_h, epoch,
               BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr):
     """Carry-in (A, H) of tile ``ti`` (``init_h`` for tile 0) for these columns: publish the
     tile's aggregate (tot_a, tot_h), look back, publish its inclusive prefix. PREFIX_EVERY > 1
@@ -305,23 +306,29 @@ def _carry_in(words_a, words_h, ti, stride_t, col, colmask, tot_a, tot_h, init_h
         carry_a = tl.full((BLOCK_D,), 1.0, tl.float32)
         carry_h = init_h
     else:
-        tl.store(words_a + slot, _pack(tot_a, 1), mask=colmask)
-        tl.store(words_h + slot, _pack(tot_h, 1), mask=colmask)
-        carry_a, carry_h = _look_back(words_a, words_h, ti, stride_t, col, colmask, BLOCK_D, WINDOW)
+        tl.store(words_a + slot, _pack(tot_a, 1, epoch), mask=colmask)
+        tl.store(words_h + slot, _pack(tot_h, 1, epoch), mask=colmask)
+        carry_a, carry_h = _look_back(words_a, words_h, ti, stride_t, col, colmask, epoch, BLOCK_D, WINDOW)
     if ti % PREFIX_EVERY == 0:
         inc_a, inc_h = _combine(carry_a, carry_h, tot_a, tot_h)
-        tl.store(words_a + slot, _pack(inc_a, 2), mask=colmask)
-        tl.store(words_h + slot, _pack(inc_h, 2), mask=colmask)
+        tl.store(words_a + slot, _pack(inc_a, 2, epoch), mask=colmask)
+        tl.store(words_h + slot, _pack(inc_h, 2, epoch), mask=colmask)
     return carry_a, carry_h
 
 
 @triton.jit
-def _lookback_program(status_ptr, NBD, ND, I64: tl.constexpr):
-    """(time tile, batch, D-tile) from this program's ticket: time-tile major, so every
-    predecessor of a tile has started before it."""
-    v = tl.atomic_add(status_ptr, 1).to(tl.int32)
+def _lookback_program(status_ptr, NBD, ND, N, I64: tl.constexpr):
+    """(time tile, batch, D-tile, epoch) from this program's ticket: time-tile major, so every
+    predecessor of a tile has started before it. The ticket word holds the count in its low 32
+    bits and the call's epoch above; the last of the N tickets starts the next epoch at count 0,
+    so the words are ready for the next call with no zeroing (``common.status_words``)."""
+    w = tl.atomic_add(status_ptr, 1)
+    v = (w & 0xFFFFFFFF).to(tl.int32)
+    epoch = (w >> 32).to(tl.int32)
+    if v == N - 1:
+        tl.atomic_xchg(status_ptr, ((epoch + 1) & 0x1FFFFFFF).to(tl.int64) << 32)  # common.EPOCHS
     c = v % NBD
-    return idx(v // NBD, I64), idx(c // ND, I64), idx(c % ND, I64)
+    return idx(v // NBD, I64), idx(c // ND, I64), idx(c % ND, I64), epoch
 
 
 @triton.jit
@@ -336,7 +343,7 @@ def _fwd_lookback_kernel(
     """Single-pass forward of the linear recurrence: one (BLOCK_T, BLOCK_D) tile per program,
     its carry-in from the tiles before it by decoupled look-back (status words after the
     ticket counter)."""
-    ti, bi, di = _lookback_program(status_ptr, NBD, ND, I64)
+    ti, bi, di, epoch = _lookback_program(status_ptr, NBD, ND, tl.cdiv(T, BLOCK_T) * NBD, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -348,7 +355,7 @@ def _fwd_lookback_kernel(
     init_h = _initial_state(h0_ptr, bi, d, when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
     words = status_ptr + 1
     carry_a, carry_h = _carry_in(words, words + STRIDE_T * tl.cdiv(T, BLOCK_T), ti, STRIDE_T, bi * D + d, dmask,
-                                 tot_a, tot_h, init_h, BLOCK_D, WINDOW, PREFIX_EVERY)
+                                 tot_a, tot_h, init_h, epoch, BLOCK_D, WINDOW, PREFIX_EVERY)
 
     out_off = bi * T * D + _row(rows, T, REV)[:, None] * D + d[None, :]
     tl.store(out_h_ptr + out_off, (a_run * carry_h[None, :] + b_run).to(out_h_ptr.dtype.element_ty), mask=mask)
@@ -639,8 +646,8 @@ def _bwd_lookback_kernel(
     """Single-pass backward of the linear recurrence: ``_bwd_kernel``'s tile body, one tile
     per program, tiles taken from the end of time; the carry (g^ after the tile) by
     decoupled look-back."""
-    tr, bi, di = _lookback_program(status_ptr, NBD, ND, I64)  # tr: tiles counted from the end of time
     n_tiles = tl.cdiv(T, BLOCK_T)
+    tr, bi, di, epoch = _lookback_program(status_ptr, NBD, ND, n_tiles * NBD, I64)  # tr: tiles from the end of time
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     rows = (n_tiles - tr) * BLOCK_T - 1 - tl.arange(0, BLOCK_T)  # descending time
@@ -656,14 +663,14 @@ def _bwd_lookback_kernel(
     plane = STRIDE_T * n_tiles
     col = bi * D + d
     _, g = _carry_in(words, words + plane, tr, STRIDE_T, col, dmask, tot_c, _last_row(u_run, BLOCK_T), zero,
-                     BLOCK_D, WINDOW, PREFIX_EVERY)
+                     epoch, BLOCK_D, WINDOW, PREFIX_EVERY)
     ghat = c_run * g[None, :] + u_run
     gahat = ghat
     if HAS_GA:
         ua = tl.load(ga_ptr + off, mask=mask, other=0.0).to(tl.float32)
         _, ua_run = tl.associative_scan((cf, ua), 0, _combine)
         _, ga = _carry_in(words + 2 * plane, words + 3 * plane, tr, STRIDE_T, col, dmask, tot_c,
-                          _last_row(ua_run, BLOCK_T), zero, BLOCK_D, WINDOW, PREFIX_EVERY)
+                          _last_row(ua_run, BLOCK_T), zero, epoch, BLOCK_D, WINDOW, PREFIX_EVERY)
         gahat = c_run * ga[None, :] + ua_run
     last = tr == n_tiles - 1  # the tile holding t = 0
     h0 = _initial_state(h0_ptr, bi, d, when(last, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
@@ -729,13 +736,13 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
 
 
 def _launch_lookback(kernel, a, planes: int, before, after, strides, **flags):
-    """One single-pass look-back kernel over (B, T, D): a program per tile, a ticket counter
-    and ``planes`` zeroed status words per (tile, column) passed between the kernel's
-    ``before`` and ``after`` tensors, then its geometry and ``strides``."""
+    """One single-pass look-back kernel over (B, T, D): a program per tile, a ticket word
+    and ``planes`` status words per (tile, column) (``common.status_words``) passed between
+    the kernel's ``before`` and ``after`` tensors, then its geometry and ``strides``."""
     B, T, D = a.shape
     block_t, block_d, warps = common.lookback_tiles(a.device)
     nd, n_tiles = cdiv(D, block_d), cdiv(T, block_t)
-    status = torch.zeros(1 + planes * n_tiles * B * D, device=a.device, dtype=torch.int64)
+    status = common.status_words(a.device, planes * n_tiles * B * D)
     common.launch(
         kernel, (n_tiles * B * nd,), *before, status, *after, T, D, B * nd, nd, B * D, *strides,
         I64=needs_int64(*before, *after, status), BLOCK_T=block_t, BLOCK_D=block_d,
