@@ -129,6 +129,7 @@ def _graphed(op_name: str, direction: str, xs):
     from benchmarks.harness import measure
     from benchmarks.harness.cases import OPS
 
+    torch._dynamo.reset()  # each op's cases share one code object: a fresh cache, not dynamo's recompile limit
     compiled = torch.compile(OPS[op_name].fn, mode="reduce-overhead", fullgraph=True)
     fn = measure.callable_workload(compiled, xs, direction)
     for _ in range(3):

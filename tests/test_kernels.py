@@ -330,10 +330,10 @@ def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_
     assert {"_fwd2_kernel", "_bwd2_kernel"} <= set(launches), launches
 
 
-@pytest.fixture(params=[("off", 1), ("always", 1), ("always", 3), ("chunked", 2)], ids=lambda p: f"{p[0]}-prefix{p[1]}")
+@pytest.fixture(params=[("off", 1), ("always", 1), ("always", 3), ("always", 9), ("chunked", 2)], ids=lambda p: f"{p[0]}-prefix{p[1]}")
 def lookback(request, monkeypatch):
     """The single-pass look-back kernels switched on; prefix_every > 1 makes look-backs
-    compose aggregates over several windows (in-order interpreter programs never wait)."""
+    compose aggregates, over several windows of 4 at 9 (in-order interpreter programs never wait)."""
     from scankit.triton import common
 
     mode, every = request.param

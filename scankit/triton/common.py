@@ -121,10 +121,10 @@ def status_words(device: torch.device, n: int) -> torch.Tensor:
     """int64 (1 + n,) look-back words: the ticket word, then ``n`` status words. Eager calls
     share one buffer per (device, stream), whose launches the stream orders; traced calls and
     CUDA-graph captures get a zeroed buffer of their own (its fill is in the graph)."""
-    shared = getattr(_launching, "direct", False) and not (on_gpu(device) and torch.cuda.is_current_stream_capturing())
-    if not shared:
+    cuda = device.type == "cuda"
+    if not getattr(_launching, "direct", False) or (cuda and torch.cuda.is_current_stream_capturing()):
         return torch.zeros(1 + n, device=device, dtype=torch.int64)
-    key = (device, torch.cuda.current_stream(device).stream_id) if on_gpu(device) else (device, None)
+    key = (device, torch.cuda.current_stream(device).stream_id if cuda else None)
     entry = _STATUS.get(key)
     if entry is None or entry[0].numel() < 1 + n:
         entry = _STATUS[key] = [torch.zeros(max(1 + n, 2 * entry[0].numel() if entry else 0), device=device,

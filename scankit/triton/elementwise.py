@@ -282,8 +282,8 @@ def _look_back(words_a, words_h, ti, stride_t, col, colmask, epoch, BLOCK_D: tl.
         off = j[:, None] * stride_t + col[None, :]
         wa = tl.load(words_a + off, mask=live, other=0, volatile=True)
         wh = tl.load(words_h + off, mask=live, other=0, volatile=True)
-        hi = wa >> 32
-        flag = tl.where((hi == (wh >> 32)) & ((hi >> 2) == epoch), hi & 3, 0)
+        top = wa >> 32
+        flag = tl.where((top == (wh >> 32)) & ((top >> 2) == epoch), top & 3, 0)
         newest = tl.max(tl.where(live & (flag == 2), j[:, None], -1), axis=0)
         need = live & (j[:, None] >= newest[None, :])
         if tl.min(tl.where(need, (flag > 0).to(tl.int32), 1)) == 1:
