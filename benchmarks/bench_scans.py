@@ -31,6 +31,8 @@ class Scans:
 
     def setup(self, cells, op, shape, impl, direction):
         key = (op, shape, impl, direction)
+        if key in cells.get("failed", ()):  # the commit's kernel raised: asv records this cell as failed
+            raise RuntimeError(cells["failed"][key])
         if key not in cells["seconds"]:  # a registered skip: asv records n/a, not a failure
             raise NotImplementedError(cells["skipped"].get(key, "not measured in this run"))
 
@@ -84,6 +86,8 @@ class CallForms:
         return suite.form_cells()
 
     def setup(self, cells, op, form, direction):
+        if (op, form, direction) in cells.get("failed", ()):
+            raise RuntimeError(cells["failed"][op, form, direction])
         if (op, form, direction) not in cells["device_time"]:
             raise NotImplementedError(cells["skipped"].get((op, form, direction), "not measured in this run"))
 

@@ -188,3 +188,54 @@ def test_slow_cells_take_fewer_samples_and_fast_cells_all(monkeypatch):
     assert all(0.05 <= s < 0.5 for s in got["samples"]), got
     fast = measure.call_latency(lambda: None)
     assert len(fast["samples"]) == measure.SAMPLES and fast["number"] == 1000, fast
+
+
+def test_a_failing_kernel_fails_its_own_cells_and_the_rest_are_measured(monkeypatch):
+    """A commit whose kernel for one op fails to compile (as 56a8058's look-back did on the
+    H200) fails that op's cells, with the error, and measures every other cell: asv records
+    no value for the failed ones (the gate reports them newly failing), not a whole suite
+    skipped because its setup_cache raised."""
+    from benchmarks import bench_scans
+    from benchmarks.harness import grid, suite
+
+    monkeypatch.setenv(suite.SMOKE_ENV, "1")
+    monkeypatch.setattr(suite, "note", lambda msg: None)
+
+    def measure_cell(op_name, shape, impl, direction):
+        if op_name == "linear_scan":
+            raise RuntimeError("CompilationError: at 12:4: loop-carried variable changed type")
+        return dict(seconds=1e-3, device_time=dict(samples=[1e-3], number=1),
+                    call_latency=dict(samples=[2e-3], number=1), peak_bytes=None, launches=1)
+
+    monkeypatch.setattr(suite, "measure_cell", measure_cell)
+    shape = next(iter(grid.SHAPES))
+    cells = suite.op_cells(ops=("linear_scan", "matrix_scan"), shapes=(shape,), impls=("triton",))
+    for direction in grid.DIRECTIONS:
+        failed = ("linear_scan", shape, "triton", direction)
+        assert "CompilationError" in cells["failed"][failed] and failed not in cells["seconds"]
+        with pytest.raises(RuntimeError, match="CompilationError"):
+            bench_scans.Scans().setup(cells, *failed)
+        bench_scans.Scans().setup(cells, "matrix_scan", shape, "triton", direction)  # measured: no raise
+        assert cells["seconds"]["matrix_scan", shape, "triton", direction] == 1e-3
+
+    def form_workload(op_name, form, direction, dims, dev):
+        if form == "packed":
+            def broken():
+                raise ValueError("illegal memory access")
+            return broken
+        if form == "reverse":
+            def older(*_, **__):
+                raise TypeError("parallel_scan_log() got an unexpected keyword argument 'reverse'")
+            return older
+        return lambda: None
+
+    monkeypatch.setattr(suite, "_form_workload", form_workload)
+    forms = suite.form_cells()
+    op = grid.FORM_OPS[0]
+    assert "illegal memory access" in forms["failed"][op, "packed", "fwd"]
+    assert "no reverse form" in forms["skipped"][op, "reverse", "fwd"] and (op, "reverse", "fwd") not in forms["failed"]
+    assert (op, "dense", "fwd") in forms["device_time"]
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        bench_scans.CallForms().setup(forms, op, "packed", "fwd")
+    with pytest.raises(NotImplementedError):
+        bench_scans.CallForms().setup(forms, op, "reverse", "fwd")

@@ -215,13 +215,14 @@ def _cached_reference(key: tuple, measure_fn) -> dict:
 
 def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=grid.IMPLS) -> dict:
     """Every op x shape x impl x direction cell: device_time, call_latency (samples), seconds
-    (device time's median), peak bytes, skips, bytes moved. An op the measured commit lacks
-    (its scankit has no such function) is skipped with the reason."""
+    (device time's median), peak bytes, skips, failures, bytes moved. An op the measured commit
+    lacks (its scankit has no such function) is skipped with the reason; a scankit cell that
+    raises at this commit is failed with its error (``failing``)."""
     from . import measure
     from .cases import bytes_moved
 
     keys = [(o, s, i, d) for o in ops for s in shapes for d in grid.DIRECTIONS for i in impls]
-    out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, launches={}, skipped={})
+    out = dict(seconds={}, device_time={}, call_latency={}, peak_bytes={}, launches={}, skipped={}, failed={})
     reasons = {key: cell_skip(*key[:3]) or missing_in_commit(key[0]) for key in keys}
     fresh = {}
     if device() == "cuda":
@@ -241,7 +242,9 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
         if key[2] in REFERENCE_IMPLS:
             cell = _cached_reference(key, lambda: fresh.get(key) or measure_cell(*key))
         else:
-            cell = measure_cell(*key)
+            cell = failing(out, key, lambda: measure_cell(*key))
+            if cell is None:
+                continue
         for field in ("seconds", "device_time", "call_latency", "peak_bytes"):
             out[field][key] = cell[field]
         out["launches"][key] = cell.get("launches")  # reference cells cached before it have none
@@ -253,6 +256,18 @@ def op_cells(ops=grid.OP_NAMES, shapes=tuple(grid.SHAPES), progress=iter, impls=
             for d in grid.DIRECTIONS:
                 out["bytes"][o, s, d] = bytes_moved(ins, outs, d)
     return out
+
+
+def failing(out: dict, key, measure):
+    """``measure()``, or None with ``out["failed"][key]`` its error: a kernel that fails to
+    compile or run at the measured commit fails its own cells (asv: no value, which the gate
+    reports as newly failing) while the rest of the suite is measured."""
+    try:
+        return measure()
+    except Exception as exc:
+        out["failed"][key] = f"{type(exc).__name__}: {exc}"[:400]
+        note(f"failed: {' '.join(map(str, key))}: {out['failed'][key]}"[:240])
+        return None
 
 
 def uncached_references(keys: list, reasons: dict) -> list:
@@ -359,7 +374,7 @@ def form_cells() -> dict:
     from . import measure
 
     dev = device()
-    out = dict(device_time={}, skipped={})
+    out = dict(device_time={}, skipped={}, failed={})
     with measure.scan_mode("triton"):  # the kernels (interpreted on the CPU), set once, not per call
         for op in grid.FORM_OPS:
             for form in grid.FORMS:
@@ -381,20 +396,23 @@ def _form_cell(op: str, form: str, direction: str, dims: dict, dev: str, out: di
     from . import measure
 
     key = (op, form, direction)
-    try:
+
+    def time_it():
         fn = _form_workload(op, form, direction, dims, dev)
-        fn()
-    except TypeError as exc:  # an older commit's op has no reverse= / cu_seqlens=; anything else is a failure
-        if "unexpected keyword argument" not in str(exc):
-            raise
-        out["skipped"][key] = f"scankit at this commit has no {form} form: {exc}"[:200]
-        return
-    if dev == "cpu":
-        out["device_time"][key] = dict(samples=[_wall(fn) for _ in range(3)], number=1)
-        return
-    out["device_time"][key] = measure.device_time(fn)
-    del fn
-    torch.cuda.empty_cache()
+        try:
+            fn()
+        except TypeError as exc:  # an older commit's op has no reverse= / cu_seqlens=: n/a, not failed
+            if "unexpected keyword argument" not in str(exc):
+                raise
+            out["skipped"][key] = f"scankit at this commit has no {form} form: {exc}"[:200]
+            return None
+        return dict(samples=[_wall(fn) for _ in range(3)], number=1) if dev == "cpu" else measure.device_time(fn)
+
+    cell = failing(out, key, time_it)
+    if cell is not None:
+        out["device_time"][key] = cell
+    if dev == "cuda":
+        torch.cuda.empty_cache()
 
 
 def missing_in_commit(op_name: str):
