@@ -25,6 +25,30 @@ def test_bench_template_renders_all_columns(tmp_path):
     assert json.loads((tmp_path / "scan_bench.json").read_text())["rows"][0]["eager_us"] == 500.0
 
 
+def test_seed_table_has_both_quantities_and_meets_only_when_both_do(tmp_path):
+    """Issue 15 goal 1: a shape meets the seed's speedup only when device time and call
+    latency both reach it; a missing cell is n/a, never met."""
+    from benchmarks.harness import grid
+
+    device = {("matrix_scan", "lab", "triton", "fwdbwd"): 1e-5, ("matrix_scan", "lab", "eager", "fwdbwd"): 2e-3,
+              ("linear_scan", "lab", "triton", "fwdbwd"): 1e-5, ("linear_scan", "lab", "eager", "fwdbwd"): 1e-3}
+    latency = {("matrix_scan", "lab", "triton", "fwdbwd"): 1e-4, ("matrix_scan", "lab", "eager", "fwdbwd"): 2e-3,
+               ("linear_scan", "lab", "triton", "fwdbwd"): 1e-4, ("linear_scan", "lab", "eager", "fwdbwd"): 1e-3}
+    rows = {(r["op"], r["shape"]): r for r in report.seed_rows(device, latency)}
+    assert set(rows) == set(grid.SEED_SPEEDUPS)
+    ms, ls = rows["matrix_scan", "lab"], rows["linear_scan", "lab"]
+    assert ms["device"] == pytest.approx(200) and ms["latency"] == pytest.approx(20) and ms["met"] is False
+    assert ls["device"] == pytest.approx(100) and ls["latency"] == pytest.approx(10) and ls["met"] is True
+    assert rows["matrix_scan", "longT"]["met"] is None and rows["matrix_scan", "longT"]["device"] is None
+    payload = dict(env=dict(ENV, time_method="track_device_time"), rows=[], skipped=[], copy_bw=None,
+                   seed=report.seed_rows(device, latency))
+    md = report.write("scan_bench", payload, tmp_path)[1].read_text()
+    assert "| matrix_scan | lab | 94.20× | 200.00× | 20.00× | **no** |" in md
+    assert "| linear_scan | lab | 3.01× | 100.00× | 10.00× | yes |" in md
+    assert "| matrix_scan | longT | 168.53× | n/a | n/a | n/a |" in md
+    assert "queued behind a GPU sleep" in md
+
+
 def test_parity_and_memory_templates(tmp_path):
     row = dict(op="x", shape="B=2", dtype="float32", direction="fwd", gate_atol=1e-5, gate_rtol=0.0,
                max_abs_err=1e-7, max_rel_err=1e-8, passed=False)

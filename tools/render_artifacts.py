@@ -157,7 +157,11 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     for table in (cells["seconds"], cells["peak_bytes"]):
         for key in [k for k, v in table.items() if v is None]:
             del table[key]
-    bench = report.bench_payload(env, cells, copy_bw)
+    latency = values(run, f"{SCANS}.track_call_latency")
+    if ref_run is not None:
+        latency.update({k: v for k, v in values(ref_run, f"{REFERENCES}.track_call_latency").items() if v is not None})
+    env["time_method"] = time_name.rsplit(".", 1)[-1]
+    bench = report.bench_payload(env, cells, copy_bw, report.seed_rows(cells["seconds"], latency))
     paths = report.write("scan_bench", bench, out_dir)
     paths += report.write("scan_parity", report.parity_payload(env, parity["rows"]), out_dir)
     if roofline is not None and copy_bw is not None:

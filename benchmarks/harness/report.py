@@ -74,7 +74,7 @@ def write(name: str, payload: dict, out_dir) -> list[Path]:
 
 # ---------------------------------------------------------------- payloads (driver and renderer)
 
-def bench_payload(env: dict, cells: dict, copy_bw: float) -> dict:
+def bench_payload(env: dict, cells: dict, copy_bw: float, seed: list | None = None) -> dict:
     """Rows of scan_bench from ``suite.op_cells`` output (keys (op, shape, impl, direction))."""
     from . import grid
 
@@ -92,7 +92,25 @@ def bench_payload(env: dict, cells: dict, copy_bw: float) -> dict:
                 rows.append(row)
     skipped = [dict(op=k[0], shape=k[1], impl=k[2], reason=r) for k, r in sorted(cells["skipped"].items())
                if k[3] == "fwd"]
-    return dict(env=env, rows=rows, skipped=skipped, copy_bw=copy_bw)
+    return dict(env=env, rows=rows, skipped=skipped, copy_bw=copy_bw, seed=seed or [])
+
+
+def seed_rows(device: dict, latency: dict) -> list:
+    """Triton's fwd+bwd speedup over eager at the seed's shapes (grid.SEED_SPEEDUPS), in device
+    time and in call latency ({(op, shape, impl, direction): seconds} each), beside the
+    seed's; a cell missing from a table reads None."""
+    from . import grid
+
+    def speedup(table, op, shape):
+        triton, eager = (table.get((op, shape, impl, "fwdbwd")) for impl in ("triton", "eager"))
+        return eager / triton if triton and eager else None
+
+    rows = []
+    for (op, shape), seed in grid.SEED_SPEEDUPS.items():
+        by_device, by_latency = speedup(device, op, shape), speedup(latency, op, shape)
+        rows.append(dict(op=op, shape=shape, seed=seed, device=by_device, latency=by_latency,
+                         met=None if None in (by_device, by_latency) else min(by_device, by_latency) >= seed))
+    return rows
 
 
 def parity_payload(env: dict, rows: list) -> dict:
