@@ -13,8 +13,9 @@ validation, dispatch and autograd. fwd+bwd back-propagates a fixed grad output, 
 On a GPU the calls run (the shapes' device time is far below their host time at ``lab``: the
 GPU is kept fed, the host is what is measured). Without one, Triton compiles each launch for
 sm_90 (scripts/compile_for_gpu.py's target) and the replay stops before the launch, so the
-Triton column is the binder and its cache lookup, not the driver's launch; nothing runs, so
-fwd+bwd's backward is left out there (autograd would run it on the CPU).
+Triton column is the binder and its cache lookup, not the driver's launch; nothing runs (the
+outputs are uninitialised memory, which fwd+bwd's backward takes as it comes: only its host
+path is timed).
 
 Each direction also gets a ``torch floor`` row: one elementwise torch op (``x * 2``) on the
 first input (one element of it without a GPU), called the same way (fwd under no_grad; fwd+bwd through ``torch.autograd.grad``
@@ -172,7 +173,7 @@ def main(argv=None) -> int:
         scankit.dispatch.interpreting = lambda: True
     rows = []
     for op_name in grid.OP_NAMES:
-        for direction in grid.DIRECTIONS if on_gpu else ("fwd",):
+        for direction in grid.DIRECTIONS:
             xs = OPS[op_name].inputs(OPS[op_name].dims_at(grid.SHAPES[args.shape]), device=device,
                                      requires_grad=direction == "fwdbwd")
             fn = measure.workload(op_name, "triton", direction, xs)
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
                 Path(args.profile).mkdir(parents=True, exist_ok=True)
                 _profile(fn, Path(args.profile) / f"{op_name}-{direction}.txt")
             print(*rows[-1].values(), flush=True)
-    for direction in grid.DIRECTIONS if on_gpu else ("fwd",):
+    for direction in grid.DIRECTIONS:
         x = OPS[grid.OP_NAMES[0]].inputs(OPS[grid.OP_NAMES[0]].dims_at(grid.SHAPES[args.shape]), device=device,
                                          requires_grad=direction == "fwdbwd")[0]
         if not on_gpu:  # the CPU would compute x * 2 itself: one element keeps it a host cost
