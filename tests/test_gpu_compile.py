@@ -19,9 +19,9 @@ def test_every_kernel_compiles_for_the_h200():
 
 
 def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
-    """scripts/host_cost.py without a GPU: every op's forward at lab, launches compiled for
-    sm_90 and replayed through Triton's binder, the rest scankit's (values not asserted: host
-    speed is the machine's, and CI's is shared)."""
+    """scripts/host_cost.py without a GPU: every op's forward and fwd+bwd at lab, launches
+    compiled for sm_90 and replayed through Triton's binder, the rest scankit's (values not
+    asserted: host speed is the machine's, and CI's is shared)."""
     import json
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -30,10 +30,14 @@ def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     rows = json.loads(out.read_text())["rows"]
-    floor = rows.pop()
-    assert floor["op"] == "torch floor" and floor["total_us"] > 0, floor
-    assert [r["op"] for r in rows] == ["parallel_scan_log", "linear_scan", "linear_scan_state", "matrix_scan",
-                                       "matrix_affine_scan"]
+    floors = rows[-2:]
+    rows = rows[:-2]
+    assert [(f["op"], f["direction"]) for f in floors] == [("torch floor", "fwd"), ("torch floor", "fwdbwd")]
+    assert all(f["total_us"] > 0 for f in floors), floors
+    assert [(r["op"], r["direction"]) for r in rows] == [
+        (op, direction) for op in ("parallel_scan_log", "linear_scan", "linear_scan_state", "matrix_scan",
+                                   "matrix_affine_scan") for direction in ("fwd", "fwdbwd")]
     for r in rows:
-        assert r["direction"] == "fwd" and r["launches"] == 1, r  # lab: one pass
+        assert r["launches"] == (1 if r["direction"] == "fwd" else 2), r  # lab: one pass each way
         assert 0 < r["triton_us"] < r["total_us"] and abs(r["scankit_us"] + r["triton_us"] - r["total_us"]) < 0.15, r
+        assert r["wrap_fwd_us"] > 0 and (r["wrap_bwd_us"] > 0) == (r["direction"] == "fwdbwd"), r
