@@ -11,7 +11,7 @@ host, not the commit: run them once per machine (``asv run --bench References HE
 their cells are also kept per machine, torch and triton (``suite._cached_reference``), so a
 run over many commits measures them once. They are never gated.
 """
-from benchmarks._adapter import cached, long_setup_cache
+from benchmarks._adapter import cached, long_setup_cache, require_cell
 from benchmarks.harness import grid
 
 VERSION = grid.VERSION  # the harness's method (asv hashes only this file)
@@ -30,11 +30,7 @@ class Scans:
         return suite.op_cells(impls=self.IMPLS)
 
     def setup(self, cells, op, shape, impl, direction):
-        key = (op, shape, impl, direction)
-        if key in cells.get("failed", ()):  # the commit's kernel raised: asv records this cell as failed
-            raise RuntimeError(cells["failed"][key])
-        if key not in cells["seconds"]:  # a registered skip: asv records n/a, not a failure
-            raise NotImplementedError(cells["skipped"].get(key, "not measured in this run"))
+        require_cell(cells, "seconds", (op, shape, impl, direction))
 
     def track_device_time(self, cells, op, shape, impl, direction):
         return cached(cells["device_time"], (op, shape, impl, direction))
@@ -86,10 +82,7 @@ class CallForms:
         return suite.form_cells()
 
     def setup(self, cells, op, form, direction):
-        if (op, form, direction) in cells.get("failed", ()):
-            raise RuntimeError(cells["failed"][op, form, direction])
-        if (op, form, direction) not in cells["device_time"]:
-            raise NotImplementedError(cells["skipped"].get((op, form, direction), "not measured in this run"))
+        require_cell(cells, "device_time", (op, form, direction))
 
     def track_device_time(self, cells, op, form, direction):
         return cached(cells["device_time"], (op, form, direction))
