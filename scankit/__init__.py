@@ -16,6 +16,8 @@ __all__ = list(_EXPORTS)
 
 
 def __getattr__(name):
+    if name == "distributed":  # sequence-parallel ops over torch.distributed (scankit.distributed)
+        return importlib.import_module(".distributed", __name__)
     if name in _EXPORTS:  # imported once, then a plain module attribute (no lookup per call)
         value = globals()[name] = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
         return value

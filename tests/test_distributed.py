@@ -1,0 +1,192 @@
+"""Sequence-parallel scans (``scankit.distributed``) on gloo process groups of 2 and 4 CPU ranks:
+time sharded in uneven pieces (one step on a rank included), every op's states, prefix form,
+reverse, packed sequences crossing shard boundaries and final states, against the float64 loop
+over the whole sequence, with the gradients of every shard, of h0 (summed over the ranks) and of
+the final state (used on one rank only, so its gradient must reach every other shard); the eager
+references in float64 and the kernels (the interpreter on the CPU) in float32. Also MinGRUStack
+over shards against the same stack on the whole sequence, and bad input on one rank raising on
+every rank."""
+import io
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import scankit
+from oracles import affine_loop, log_loop, states
+from test_final_state import _inputs
+from test_packed import _per_sequence
+from test_reverse import _oracle as _reverse_oracle
+
+pytestmark = pytest.mark.xdist_group("distributed")  # the spawned ranks share the 2 cores with nobody else
+
+OPS = ["parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan"]
+DTYPE = {"eager": torch.float64, "triton": torch.float32}
+TOL = {"eager": dict(rtol=1e-9, atol=1e-10), "triton": dict(rtol=2e-4, atol=2e-5)}
+SHARDS = {2: [6, 7], 4: [5, 1, 4, 3]}       # T = 13 in uneven pieces
+LENGTHS = [3, 6, 1, 3]                      # packed: sequences crossing the shard boundaries of both
+
+
+def _cases():
+    cases = []
+    for op in OPS:
+        cases += [dict(op=op, reverse=False), dict(op=op, reverse=True),
+                  dict(op=op, reverse=False, packed=True), dict(op=op, reverse=True, packed=True)]
+        if op != "parallel_scan_log":
+            cases.append(dict(op=op, reverse=False, prefix=True))
+            cases.append(dict(op=op, reverse=True, prefix=True))
+    return cases
+
+
+def _global(case, mode, seed):
+    """The whole sequence's inputs, h0, grad outputs and final-state grad, the same on every rank."""
+    g = torch.Generator().manual_seed(seed)
+    B = 1 if case.get("packed") else 2
+    xs, h0 = _inputs(case["op"], B, sum(LENGTHS), g, DTYPE[mode])
+    if case.get("packed"):
+        h0 = torch.cat([_inputs(case["op"], 1, 1, g, DTYPE[mode])[1] for _ in LENGTHS])
+    if case.get("prefix"):
+        h0 = None
+    return xs, h0
+
+
+def _call(module, op, xs, h0, case, **kw):
+    cu = torch.tensor([0] + list(torch.tensor(LENGTHS).cumsum(0))) if case.get("packed") else None
+    if op == "parallel_scan_log":
+        return module.parallel_scan_log(*xs, log_h0=h0, return_final_state=True, reverse=case["reverse"],
+                                        cu_seqlens=cu, **kw)
+    return getattr(module, op)(*xs, h0=h0, return_prefix=bool(case.get("prefix")), return_final_state=True,
+                               reverse=case["reverse"], cu_seqlens=cu, **kw)
+
+
+def _grad_outputs(outs, seed):
+    g = torch.Generator().manual_seed(seed + 1)
+    return [torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype) for o in outs]
+
+
+def _rank_case(case, mode, seed, rank, world):
+    xs, h0 = _global(case, mode, seed)
+    bounds = [0] + list(torch.tensor(SHARDS[world]).cumsum(0).tolist())
+    mine = [x[:, bounds[rank]:bounds[rank + 1]].clone().requires_grad_() for x in xs]
+    h0 = None if h0 is None else h0.clone().requires_grad_()
+    out = _call(scankit.distributed, case["op"], mine, h0, case)
+    *outs, final = out
+    # grad outputs of the whole sequence, this rank's piece; the final state's only on rank 0
+    whole = _grad_outputs([o.new_empty((o.shape[0], bounds[-1]) + o.shape[2:]) for o in outs], seed)
+    loss = sum((o * w[:, bounds[rank]:bounds[rank + 1]]).sum() for o, w in zip(outs, whole))
+    if rank == 0:
+        loss = loss + (final * _grad_outputs([final], seed + 7)[0]).sum()
+    leaves = mine + ([h0] if h0 is not None else [])
+    grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    return dict(outs=[o.detach() for o in outs], final=final.detach(), grads=[None if g is None else g.detach()
+                                                                              for g in grads])
+
+
+def _worker(rank, world, port, mode, seed, jobs, queue):
+    os.environ["MINGRU_SCAN"] = mode
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        buf = io.BytesIO()  # bytes, not tensors: a tensor in a queue lives in this process's shared memory
+        torch.save([job(rank, world, mode, seed) for job in jobs], buf)
+        queue.put((rank, buf.getvalue()))
+    except Exception as exc:  # noqa: BLE001 -- sent back whole, so the test shows it
+        queue.put((rank, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(world, mode, seed, jobs):
+    """Every job's result on every rank: [rank][job]."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, mode, seed, jobs, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=600) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    for r, res in results.items():
+        if isinstance(res, Exception):
+            raise AssertionError(f"rank {r} failed: {res!r}") from res
+    return [torch.load(io.BytesIO(results[r])) for r in range(world)]
+
+
+class _Case:
+    """A picklable job: one case on one rank."""
+
+    def __init__(self, case):
+        self.case = case
+
+    def __call__(self, rank, world, mode, seed):
+        return _rank_case(self.case, mode, seed, rank, world)
+
+
+def _reference(case, mode, seed):
+    """Outputs, final state and gradients of the float64 loop over the whole sequence."""
+    xs, h0 = _global(case, mode, seed)
+    leaves = [x.double().requires_grad_() for x in xs] + ([h0.double().requires_grad_()] if h0 is not None else [])
+    op, rev = case["op"], case["reverse"]
+    x64, h64 = leaves[:2], (leaves[2] if h0 is not None else None)
+    if case.get("packed"):
+        h = _per_sequence(op, x64, h64, LENGTHS, reverse=rev)
+        ends = torch.tensor(LENGTHS).cumsum(0)
+        at = (ends - torch.tensor(LENGTHS)) if rev else ends - 1
+        outs, final = [h], h[0, at]
+    elif case.get("prefix"):
+        if op == "matrix_scan":
+            A, Bc, _ = affine_loop(x64[0], x64[1].unsqueeze(-1), reverse=rev)
+            Bc = Bc.squeeze(-1)
+        else:
+            A, Bc, _ = affine_loop(*x64, elementwise=op == "linear_scan", reverse=rev)
+        outs, final = [A, Bc], Bc[:, 0 if rev else -1]
+    else:
+        if rev:
+            h = _reverse_oracle(op, x64, h64)
+        elif op == "parallel_scan_log":
+            h = log_loop(x64[0], torch.cat([h64.unsqueeze(1), x64[1]], dim=1))
+        else:
+            h = states(op, x64, h64)
+        outs, final = [h], h[:, 0 if rev else -1]
+    gouts = _grad_outputs(outs, seed)
+    loss = sum((o * w.double()).sum() for o, w in zip(outs, gouts))
+    loss = loss + (final * _grad_outputs([final.to(DTYPE[mode])], seed + 7)[0].double()).sum()
+    grads = torch.autograd.grad(loss, leaves)
+    return [o.detach() for o in outs], final.detach(), list(grads)
+
+
+def _close(got, want, mode, what):
+    torch.testing.assert_close(got.double(), want, **TOL[mode], msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("mode", ["eager", "triton"])
+@pytest.mark.parametrize("world", sorted(SHARDS))
+def test_sharded_ops_match_the_whole_sequence(world, mode, seed, monkeypatch):
+    if mode == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        pytest.skip("the kernels need a GPU or TRITON_INTERPRET=1")
+    cases = _cases()
+    ranks = _spawn(world, mode, seed, [_Case(c) for c in cases])
+    for i, case in enumerate(cases):
+        outs, final, grads = _reference(case, mode, seed)
+        name = f"{case} on {world} ranks ({mode})"
+        for k, want in enumerate(outs):
+            got = torch.cat([ranks[r][i]["outs"][k] for r in range(world)], dim=1)
+            _close(got, want, mode, f"{name}: output {k}")
+        for r in range(world):  # every rank holds the final state
+            _close(ranks[r][i]["final"], final, mode, f"{name}: final state on rank {r}")
+        for k in range(2):  # the inputs' gradients, shard by shard
+            got = torch.cat([ranks[r][i]["grads"][k] for r in range(world)], dim=1)
+            _close(got, grads[k], mode, f"{name}: gradient of input {k}")
+        if len(grads) == 3:  # h0's gradient lands where each scan starts: summed over the ranks
+            got = sum(ranks[r][i]["grads"][2] for r in range(world) if ranks[r][i]["grads"][2] is not None)
+            _close(got, grads[2], mode, f"{name}: gradient of h0")
