@@ -7,13 +7,27 @@ means the mixer's own initial state. With ``decay=True`` the transition is multi
 """
 from __future__ import annotations
 
+import functools
 import math
+import types
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import dispatch, ops, packed
+from . import dispatch, ops
+
+SCAN_OPS = ("parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan")
+
+
+def _scans(group):
+    """The scan ops: ``scankit.ops``, or with a process group those of ``scankit.distributed``
+    on it (time sharded over the group's ranks)."""
+    if group is None:
+        return ops
+    from . import distributed
+    return types.SimpleNamespace(**{name: functools.partial(getattr(distributed, name), group=group)
+                                    for name in SCAN_OPS})
 
 
 def log_g(x: torch.Tensor) -> torch.Tensor:
@@ -137,13 +151,14 @@ class MinGRU(_Mixer):
             log_a = log_a + log_gamma
         return log_a, -F.softplus(-k) + log_g(pre_h)
 
-    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None):
+    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
         self._check_x(x)
         h0 = self._state(h_0, self._sequences(x, cu_seqlens), x)
         if h_0 is not None and dispatch.checks_values(h0) and bool((h0 <= 0).any()):
             raise ValueError("MinGRU states are positive: h_0 must be > 0 everywhere")
         log_a, log_b = self._log_terms(x, delta_t)
-        return ops.parallel_scan_log(log_a, log_b, log_h0=h0.log(), cu_seqlens=cu_seqlens)
+        return _scans(group).parallel_scan_log(log_a, log_b, log_h0=h0.log(), cu_seqlens=cu_seqlens,
+                                               return_final_state=return_final_state)
 
     def _step(self, x, h, delta_t):
         log_a, log_b = self._log_terms(x, delta_t)
@@ -170,11 +185,12 @@ class SignedMinGRU(_Mixer):
             a = a * log_gamma.exp()
         return a, z * pre_h
 
-    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None):
+    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
         self._check_x(x)
         h0 = None if h_0 is None else self._state(h_0, self._sequences(x, cu_seqlens), x)
         a, b = self._terms(x, delta_t)
-        return ops.linear_scan(a, b, h0=h0, return_prefix=False, cu_seqlens=cu_seqlens)
+        return _scans(group).linear_scan(a, b, h0=h0, return_prefix=False, cu_seqlens=cu_seqlens,
+                                         return_final_state=return_final_state)
 
     def _step(self, x, h, delta_t):
         a, b = self._terms(x, delta_t)
@@ -214,24 +230,29 @@ class _BlockMixer(_Mixer):
             M = M * gamma[..., None, None]
         return M
 
-    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None):
+    def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
         """Fused rotation kernel where it runs (``auto`` on CUDA, ``triton``), else the
         generic path: matrices built, then ``matrix_scan`` / ``matrix_affine_scan`` (also for
-        packed sequences: the fused kernel has no carry reset yet)."""
+        packed sequences and sharded time: the fused kernel has no carry reset or prefix form yet)."""
         self._check_x(x)
+        ops._check_flag("return_final_state", return_final_state)
         B, T = x.shape[:2]
         N = self._sequences(x, cu_seqlens)
         h0 = self._state(h_0, N, x).reshape(N, self.n, self.k)
         angles, scale, gamma, b = self._terms(x, delta_t)
-        if cu_seqlens is not None:
-            h = self._scan(self._transitions(angles, scale, gamma), b, h0, cu_seqlens)
-            return h.reshape(B, T, self.hidden_size)
-        h = dispatch.run(
-            type(self).__name__, x.device,
-            lambda: self._scan(self._transitions(angles, scale, gamma), b, h0),
-            lambda kernels: kernels.rotation_scan(angles, b, scale=scale, gamma=gamma, h0=h0),
-        )
-        return h.reshape(B, T, self.hidden_size)
+        if cu_seqlens is not None or group is not None:
+            out = self._scan(self._transitions(angles, scale, gamma), b, h0, cu_seqlens=cu_seqlens, group=group,
+                             return_final_state=return_final_state)
+            h, final = out if return_final_state else (out, None)
+        else:
+            h = dispatch.run(
+                type(self).__name__, x.device,
+                lambda: self._scan(self._transitions(angles, scale, gamma), b, h0),
+                lambda kernels: kernels.rotation_scan(angles, b, scale=scale, gamma=gamma, h0=h0),
+            )
+            final = h[:, -1].clone() if return_final_state else None
+        h = h.reshape(B, T, self.hidden_size)
+        return (h, final.reshape(-1, self.hidden_size)) if return_final_state else h
 
     def _step(self, x, h, delta_t):
         angles, scale, gamma, b = self._terms(x, delta_t)
@@ -267,8 +288,8 @@ class RotationMinGRU(_BlockMixer):
             theta = theta + (torch.round(theta / step) * step - theta).detach()
         return theta[..., None, None], torch.tanh(u)
 
-    def _scan(self, M, b, h0, cu_seqlens=None):
-        return ops.matrix_scan(M, b, h0=h0, return_prefix=False, cu_seqlens=cu_seqlens)
+    def _scan(self, M, b, h0, group=None, **kwargs):
+        return _scans(group).matrix_scan(M, b, h0=h0, return_prefix=False, **kwargs)
 
 
 class GivensMinGRU(_BlockMixer):
@@ -288,9 +309,9 @@ class GivensMinGRU(_BlockMixer):
     def _angles(self, params):
         return params.reshape(*params.shape[:-1], self.n, self.rounds, self.k // 2), None
 
-    def _scan(self, M, b, h0, cu_seqlens=None):
-        return ops.matrix_affine_scan(M, b.unsqueeze(-1), h0=h0.unsqueeze(-1), return_prefix=False,
-                                      cu_seqlens=cu_seqlens).squeeze(-1)
+    def _scan(self, M, b, h0, group=None, **kwargs):
+        out = _scans(group).matrix_affine_scan(M, b.unsqueeze(-1), h0=h0.unsqueeze(-1), return_prefix=False, **kwargs)
+        return tuple(x.squeeze(-1) for x in out) if isinstance(out, tuple) else out.squeeze(-1)
 
 
 MIXERS = {"mingru": MinGRU, "signed": SignedMinGRU, "rotation": RotationMinGRU, "givens": GivensMinGRU}
@@ -311,19 +332,18 @@ class MinGRUBlock(nn.Module):
         self.mixer = _make_mixer(mixer, dim, **mixer_kwargs)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
-    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False, cu_seqlens=None):
+    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False, cu_seqlens=None, group=None):
         """x (B, T, dim) -> (B, T, dim); with ``return_state`` also the mixer's last state h_T
         (B, dim), the ``h_0`` that continues the sequence (chunked prefill, then ``step``).
         ``cu_seqlens``: x (1, T, dim) packs sequences (``scankit.packed``); h_0 and the states
-        are then per sequence, (N, dim)."""
-        h = self.mixer(self.norm1(x), h_0, delta_t, cu_seqlens=cu_seqlens)
+        are then per sequence, (N, dim). ``group``: x is this rank's piece of time, the scan runs
+        over the group's ranks (``scankit.distributed``); the states are then the whole sequence's."""
+        out = self.mixer(self.norm1(x), h_0, delta_t, cu_seqlens=cu_seqlens, group=group,
+                         return_final_state=return_state)
+        h, state = out if return_state else (out, None)
         x = x + h
         y = x + self.mlp(self.norm2(x))
-        if not return_state:
-            return y
-        if cu_seqlens is None:
-            return y, h[:, -1].clone()
-        return y, packed.final_states(h, cu_seqlens[1:].to(device=h.device, dtype=torch.int64, non_blocking=True))
+        return (y, state) if return_state else y
 
     def step(self, x_t, h=None, delta_t=None):
         """One token: returns (y_t (B, dim), h (B, dim))."""
@@ -342,15 +362,17 @@ class MinGRUStack(nn.Module):
             raise ValueError(f"mixer must be a name or a list of {depth} names; got {len(names)}")
         self.blocks = nn.ModuleList(MinGRUBlock(dim, name, **mixer_kwargs) for name in names)
 
-    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False, cu_seqlens=None):
+    def forward(self, x, h_0=None, delta_t=None, return_state: bool = False, cu_seqlens=None, group=None):
         """h_0: None or a list of per-layer initial states; with ``return_state`` also the list
         of per-layer last states, which ``forward`` (as h_0) or ``step`` continues from.
-        ``cu_seqlens`` (packed sequences in a batch of 1) goes to every layer."""
+        ``cu_seqlens`` (packed sequences in a batch of 1) and ``group`` (time sharded over a
+        process group's ranks, ``scankit.distributed``) go to every layer."""
         if h_0 is not None and len(h_0) != len(self.blocks):
             raise ValueError(f"h_0 must be a list of {len(self.blocks)} per-layer states; got {len(h_0)}")
         states = []
         for i, block in enumerate(self.blocks):
-            x = block(x, None if h_0 is None else h_0[i], delta_t, return_state=return_state, cu_seqlens=cu_seqlens)
+            x = block(x, None if h_0 is None else h_0[i], delta_t, return_state=return_state, cu_seqlens=cu_seqlens,
+                      group=group)
             if return_state:
                 x, h = x
                 states.append(h)

@@ -190,3 +190,96 @@ def test_sharded_ops_match_the_whole_sequence(world, mode, seed, monkeypatch):
         if len(grads) == 3:  # h0's gradient lands where each scan starts: summed over the ranks
             got = sum(ranks[r][i]["grads"][2] for r in range(world) if ranks[r][i]["grads"][2] is not None)
             _close(got, grads[2], mode, f"{name}: gradient of h0")
+
+
+STACK_MIXERS = ["mingru", "signed", "rotation", "givens"]
+
+
+def _stack_inputs(packed_, seed):
+    g = torch.Generator().manual_seed(seed)
+    B = 1 if packed_ else 2
+    x = torch.randn(B, sum(LENGTHS), 8, generator=g, dtype=torch.float64)
+    gy = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    N = len(LENGTHS) if packed_ else B
+    gs = [torch.randn(N, 8, generator=g, dtype=torch.float64) for _ in STACK_MIXERS]
+    cu = torch.tensor([0] + list(torch.tensor(LENGTHS).cumsum(0))) if packed_ else None
+    return x, gy, gs, cu
+
+
+def _make_stack(seed):
+    torch.manual_seed(seed)
+    return scankit.MinGRUStack(8, depth=len(STACK_MIXERS), mixer=STACK_MIXERS).double()
+
+
+def _stack_step(stack, x, gy, gs, cu, state_loss, **kw):
+    """y, the per-layer states, and the gradients of x and of every parameter."""
+    x = x.clone().requires_grad_()
+    y, states = stack(x, return_state=True, cu_seqlens=cu, **kw)
+    loss = (y * gy).sum() + (sum((s * g).sum() for s, g in zip(states, gs)) if state_loss else 0)
+    grads = torch.autograd.grad(loss, [x] + list(stack.parameters()), allow_unused=True)
+    return y.detach(), [s.detach() for s in states], [None if g is None else g.detach() for g in grads]
+
+
+class _StackJob:
+    def __init__(self, packed_):
+        self.packed = packed_
+
+    def __call__(self, rank, world, mode, seed):
+        x, gy, gs, cu = _stack_inputs(self.packed, seed)
+        bounds = [0] + list(torch.tensor(SHARDS[world]).cumsum(0).tolist())
+        piece = slice(bounds[rank], bounds[rank + 1])
+        return _stack_step(_make_stack(seed), x[:, piece], gy[:, piece], gs, cu, rank == 0, group=dist.group.WORLD)
+
+
+@pytest.mark.parametrize("packed_", [False, True], ids=["dense", "packed"])
+def test_sharded_stack_matches_the_whole_sequence(packed_, seed):
+    """Every mixer in one MinGRUStack (float64, eager) over 4 uneven shards: outputs, per-layer final
+    states, the input's gradient shard by shard, every parameter's gradient summed over the ranks."""
+    world = 4
+    ranks = _spawn(world, "eager", seed, [_StackJob(packed_)])
+    x, gy, gs, cu = _stack_inputs(packed_, seed)
+    y, states, grads = _stack_step(_make_stack(seed), x, gy, gs, cu, True)
+    _close(torch.cat([ranks[r][0][0] for r in range(world)], dim=1), y, "eager", "stack output")
+    for r in range(world):
+        for layer, (got, want) in enumerate(zip(ranks[r][0][1], states)):
+            _close(got, want, "eager", f"layer {layer}'s final state on rank {r}")
+    _close(torch.cat([ranks[r][0][2][0] for r in range(world)], dim=1), grads[0], "eager", "gradient of x")
+    names = ["x"] + [n for n, _ in _make_stack(seed).named_parameters()]
+    for k in range(1, len(grads)):
+        got = sum(ranks[r][0][2][k] for r in range(world) if ranks[r][0][2][k] is not None)
+        _close(got, grads[k], "eager", f"gradient of {names[k]} (summed over the ranks)")
+
+
+class _BadInputJob:
+    """Rank 1 passes b of the wrong shape, or (``disagree``) a valid shard of another width."""
+
+    def __init__(self, disagree):
+        self.disagree = disagree
+
+    def __call__(self, rank, world, mode, seed):
+        D = 5 + (rank if self.disagree else 0)
+        a, b = torch.rand(2, 3, D, dtype=torch.float64), torch.rand(2, 3, D, dtype=torch.float64)
+        if rank == 1 and not self.disagree:
+            b = b[:, :, :-1]
+        try:
+            scankit.distributed.linear_scan(a, b, return_prefix=False)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+
+@pytest.mark.parametrize("disagree", [False, True], ids=["bad-shard", "ranks-disagree"])
+def test_bad_input_on_one_rank_raises_on_every_rank(disagree, seed):
+    messages = [r[0] for r in _spawn(2, "eager", seed, [_BadInputJob(disagree)])]
+    assert all(messages), f"every rank raises ValueError: {messages}"
+    if disagree:
+        assert all("must agree" in m for m in messages), messages
+    else:
+        assert "b must have shape" in messages[1], messages[1]
+        assert messages[0].startswith("rank 1 of the group rejected its inputs") and "b must have shape" in messages[0]
+
+
+def test_needs_a_process_group():
+    a = torch.rand(1, 3, 2)
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        scankit.distributed.linear_scan(a, a, return_prefix=False)
