@@ -68,11 +68,15 @@ def _safe_log_apply(log_t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 
 class _Kind:
-    """One op's algebra: its local scans and how a transition acts on a state."""
+    """One op's algebra: its local scans (``prefix``: from zero, (P, Z); ``states``: from h0, packed
+    or not), how a transition acts on a state (``apply``) and on a transition (``compose``), the
+    transition that stops a carry (``blocked``) and the one that passes it unchanged (``identity``)."""
 
-    def __init__(self, name, prefix, states, apply, compose, blocked, identity):
+    def __init__(self, name, prefix, states, apply, compose=None, blocked=None, identity=None):
         self.name, self.prefix, self.states = name, prefix, states
-        self.apply, self.compose, self.blocked, self.identity = apply, compose, blocked, identity
+        self.apply, self.compose = apply, compose
+        self.blocked = blocked or (lambda like, shape: like.new_zeros(shape))
+        self.identity = identity
 
 
 def _log_prefix(log_coeffs, log_values, reverse):
@@ -101,17 +105,18 @@ def _matvec(M, c):
     return (M @ c.unsqueeze(-1)).squeeze(-1)
 
 
+def _eye(like, shape):
+    return torch.eye(shape[-1], dtype=like.dtype, device=like.device).expand(shape)
+
+
 KINDS = {
-    "parallel_scan_log": _Kind("parallel_scan_log", _log_prefix, _log_states, _safe_log_apply, None,
-                               lambda E, T_shape: E.new_full(T_shape, float("-inf")), None),
+    "parallel_scan_log": _Kind("parallel_scan_log", _log_prefix, _log_states, _safe_log_apply,
+                               blocked=lambda like, shape: like.new_full(shape, float("-inf"))),
     "linear_scan": _Kind("linear_scan", *_affine(ops.linear_scan), torch.mul, torch.mul,
-                         lambda E, T_shape: E.new_zeros(T_shape), lambda E, T_shape: E.new_ones(T_shape)),
-    "matrix_scan": _Kind("matrix_scan", *_affine(ops.matrix_scan), _matvec, torch.matmul,
-                         lambda E, T_shape: E.new_zeros(T_shape),
-                         lambda E, T_shape: torch.eye(2, dtype=E.dtype, device=E.device).expand(T_shape)),
+                         identity=lambda like, shape: like.new_ones(shape)),
+    "matrix_scan": _Kind("matrix_scan", *_affine(ops.matrix_scan), _matvec, torch.matmul, identity=_eye),
     "matrix_affine_scan": _Kind("matrix_affine_scan", *_affine(ops.matrix_affine_scan), torch.matmul, torch.matmul,
-                                lambda E, T_shape: E.new_zeros(T_shape),
-                                lambda E, T_shape: torch.eye(T_shape[-1], dtype=E.dtype, device=E.device).expand(T_shape)),
+                                identity=_eye),
 }
 
 
@@ -247,7 +252,8 @@ def _scan(kind_name: str, coeffs, inputs, *, h0=None, return_prefix=False, retur
     bounds = None
     if cu_seqlens is not None:
         total = sum(lengths)
-        bounds = packed.offsets(cu_seqlens, torch.empty((1, total, 0)), "the packed inputs (all shards together)")[0]
+        host = cu_seqlens.cpu() if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens  # read on the host anyway
+        bounds = packed.offsets(host, torch.empty((1, total, 0)), "the packed inputs (all shards together)")[0]
         bounds = bounds.tolist() + [total]
     plans = [_Plan(offsets[q], lengths[q], reverse, bounds, return_prefix or q != order[0]) for q in range(world)]
     me = plans[rank]
