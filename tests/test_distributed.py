@@ -87,6 +87,7 @@ def _rank_case(case, mode, seed, rank, world):
 
 def _worker(rank, world, port, mode, seed, jobs, queue):
     os.environ["MINGRU_SCAN"] = mode
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the loopback interface: no hostname lookup needed
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         buf = io.BytesIO()  # bytes, not tensors: a tensor in a queue lives in this process's shared memory
