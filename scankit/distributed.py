@@ -69,7 +69,7 @@ def _safe_log_apply(log_t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 class _Kind:
     """One op's algebra: its local scans (``prefix``: from zero, (P, Z); ``states``: from h0, packed
-    or not), how a transition acts on a state (``apply``) and on a transition (``compose``), the
+    or not), a transition acting on a state (``apply``) and on a transition (``compose``), the
     transition that stops a carry (``blocked``) and the one that passes it unchanged (``identity``)."""
 
     def __init__(self, name, prefix, states, apply, compose=None, blocked=None, identity=None):
@@ -77,6 +77,10 @@ class _Kind:
         self.apply, self.compose = apply, compose
         self.blocked = blocked or (lambda like, shape: like.new_zeros(shape))
         self.identity = identity
+
+    def step(self, T, c, E):
+        """T c + E: a carry through a summary, or a shard's fix-up (one fused pass where torch has one)."""
+        return torch.addcmul(E, T, c) if self.apply is torch.mul else self.apply(T, c) + E
 
 
 def _log_prefix(log_coeffs, log_values, reverse):
@@ -299,20 +303,20 @@ def _scan(kind_name: str, coeffs, inputs, *, h0=None, return_prefix=False, retur
     if return_prefix:  # (A, Bc) of the whole sequence: the transitions before this rank compose too
         Tc, Ec = kind.identity(E_exit, T_exit.shape), torch.zeros_like(E_exit)
         for j in order[:order.index(rank)]:
-            Tc, Ec = kind.compose(Ts[j], Tc), kind.apply(Ts[j], Ec) + Es[j]
-        out = (_Tie.apply(kind.compose(P, Tc.unsqueeze(1)), gathered), kind.apply(P, Ec.unsqueeze(1)) + Z)
+            Tc, Ec = kind.compose(Ts[j], Tc), kind.step(Ts[j], Ec, Es[j])
+        out = (_Tie.apply(kind.compose(P, Tc.unsqueeze(1)), gathered), kind.step(P, Ec.unsqueeze(1), Z))
         if not return_final_state:
             return out
         final = torch.zeros_like(E_exit)
         for j in order:
-            final = kind.apply(Ts[j], final) + Es[j]
+            final = kind.step(Ts[j], final, Es[j])
         return (*out, final)
 
     carries, carry = {}, torch.zeros_like(E_exit)
     for j in order:
         carries[j] = carry
-        carry = kind.apply(Ts[j], carry) + Es[j]
-    h = [kind.apply(P, carries[rank].unsqueeze(1)) + Z] if P is not None else []
+        carry = kind.step(Ts[j], carry, Es[j])
+    h = [kind.step(P, carries[rank].unsqueeze(1), Z)] if P is not None else []
     h = h + [fresh] if fresh is not None else h
     h = h[0] if len(h) == 1 else torch.cat(h[::-1] if reverse else h, dim=1)
     h = _Tie.apply(h, gathered)
@@ -324,7 +328,7 @@ def _scan(kind_name: str, coeffs, inputs, *, h0=None, return_prefix=False, retur
     finals = pieces[4].reshape(world, *finals.shape).sum(0)
     for q, plan in enumerate(plans):  # the sequences whose scan ends at a rank's head end
         if plan.has("head") and plan.final is not None:
-            value = kind.apply(P_ends[q], carries[q]) + Z_ends[q]
+            value = kind.step(P_ends[q], carries[q], Z_ends[q])
             finals = finals.index_put((torch.tensor([plan.final]),), value)
     return h, finals
 

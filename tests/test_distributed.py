@@ -284,3 +284,27 @@ def test_needs_a_process_group():
     a = torch.rand(1, 3, 2)
     with pytest.raises(RuntimeError, match="init_process_group"):
         scankit.distributed.linear_scan(a, a, return_prefix=False)
+
+
+class _ChannelsLastTimeJob:
+    """linear_scan of (B, D, T) shards along dim=-1 (no transpose by the caller)."""
+
+    def __call__(self, rank, world, mode, seed):
+        (a, b), h0 = _inputs("linear_scan", 2, sum(LENGTHS), torch.Generator().manual_seed(seed), DTYPE[mode])
+        a, b = a.transpose(1, 2).contiguous(), b.transpose(1, 2).contiguous()   # (B, D, T)
+        bounds = [0] + list(torch.tensor(SHARDS[world]).cumsum(0).tolist())
+        piece = slice(bounds[rank], bounds[rank + 1])
+        return scankit.distributed.linear_scan(a[..., piece], b[..., piece], h0=h0, return_prefix=False,
+                                               return_final_state=True, dim=-1)
+
+
+def test_sharded_scan_along_the_last_dim(seed):
+    world = 2
+    ranks = _spawn(world, "eager", seed, [_ChannelsLastTimeJob()])
+    (a, b), h0 = _inputs("linear_scan", 2, sum(LENGTHS), torch.Generator().manual_seed(seed), torch.float64)
+    want = states("linear_scan", (a, b), h0)                   # (B, T, D)
+    got = torch.cat([ranks[r][0][0] for r in range(world)], dim=-1)
+    assert got.shape == want.transpose(1, 2).shape
+    _close(got, want.transpose(1, 2), "eager", "h along dim=-1")
+    for r in range(world):
+        _close(ranks[r][0][1], want[:, -1], "eager", f"final state on rank {r}")
