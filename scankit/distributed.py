@@ -27,9 +27,11 @@ from later shards back to earlier ones. Every rank must run the backward (a coll
 - Inputs are checked on every rank and the outcome shared before any scan: a bad input on one
   rank raises on every rank (naming that rank) instead of leaving the others waiting.
 
-Each call makes one object all-gather (shapes and lengths), one tensor all-gather of the
-summaries, and with packed final states one more. Per rank the carried part costs the local
-scan in its prefix form plus one elementwise pass (the fix-up); the ops' own costs otherwise.
+Each call makes one object all-gather (check outcomes, shapes, lengths) and one tensor all-gather
+of the summaries; its arguments are checked by the op itself on the shard's first step before
+either (a small extra call, so that no rank enters a collective with inputs the op would reject).
+Per rank the carried part costs the local scan in its prefix form plus a fix-up pass; the ops'
+own costs otherwise.
 """
 from __future__ import annotations
 
