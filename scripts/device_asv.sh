@@ -8,6 +8,11 @@
 # Each command stops after ASV_LIMIT_S seconds (default 480), and all of them together after
 # ASV_TOTAL_S (default 560): inside the device's 10-minute command limit, so the packing still
 # runs (asv files a commit's result once that commit is done).
+# The reference cells (eager, torch.compile: torch and the host, not the commit) are measured
+# once per machine and torch version: the committed experiments/asv/references/<machine>.json
+# seeds the harness's cache, and what a run adds comes back in the tar. The word `cold` in
+# place of a command empties the compile caches (Triton, inductor, CUDA) and asv's
+# environments, so the next command starts as a fresh machine would (the reference cache stays).
 set -uo pipefail
 out=${OUT:-/tmp/scankit-asv}
 machine=${MACHINE:-h200}
@@ -16,8 +21,18 @@ source scripts/device_setup.sh || exit 1
 # offline: the environment's own pip installs (wheel, build, asv_runner, pympler) from the carried wheels
 export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" SCANKIT_ASV_MACHINE="$machine"
 python3 tools/asv_machine.py --machine "$machine" | tee "$out/machine.txt"
+cache=${SCANKIT_BENCH_CACHE:-$HOME/.cache/scankit-bench}
+refs=experiments/asv/references/"$machine".json
+mkdir -p "$cache" "$(dirname "$refs")"
+[ -f "$refs" ] && [ ! -f "$cache/references.json" ] && cp "$refs" "$cache/references.json"
 status=0
 for cmd in "$@"; do
+  if [ "$cmd" = cold ]; then
+    rm -rf "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" "${TORCHINDUCTOR_CACHE_DIR:-/tmp/torchinductor_$(id -un)}" \
+      "$HOME/.nv/ComputeCache" .asv/env
+    echo "=== cold: compile caches and asv environments emptied ($(date -u +%H:%M:%S))" | tee -a "$out/asv.log"
+    continue
+  fi
   echo "=== asv $cmd ($(date -u +%H:%M:%S))" | tee -a "$out/asv.log"
   start=$SECONDS
   limit=$(( ${ASV_TOTAL_S:-560} - SECONDS < ${ASV_LIMIT_S:-480} ? ${ASV_TOTAL_S:-560} - SECONDS : ${ASV_LIMIT_S:-480} ))
@@ -28,9 +43,10 @@ for cmd in "$@"; do
   rc=${PIPESTATUS[0]}
   echo "=== exit $rc after $((SECONDS - start)) s" | tee -a "$out/asv.log"
   [ "$rc" -ne 0 ] && status=$rc
+  [ -f "$cache/references.json" ] && cp "$cache/references.json" "$refs"
   tar -cf "$out/asv-results.tar" experiments/asv/results/"$machine" experiments/asv/results/benchmarks.json \
-    experiments/asv/parity/"$machine" 2>/dev/null  # the parity sidecars too
+    experiments/asv/parity/"$machine" "$refs" 2>/dev/null  # the parity sidecars and the reference cache too
   # the harness's own phase log (benchmarks.harness.suite.note), even of a run cut off mid-setup
-  cp "${SCANKIT_BENCH_CACHE:-$HOME/.cache/scankit-bench}/harness.log" "$out/harness.log" 2>/dev/null
+  cp "$cache/harness.log" "$out/harness.log" 2>/dev/null
 done
 exit $status

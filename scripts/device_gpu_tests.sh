@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1
   # the device's copy of .git can be stale: the caller names the commit it sent (SCANKIT_COMMIT)
   echo "tree: ${SCANKIT_COMMIT:-unnamed (set SCANKIT_COMMIT)}"; } | tee "$out/gpu.txt"
 sel=(${1:+-k "$1"})
-python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 480 --durations=10 "${sel[@]}" \
+python3 -m pytest -q -p no:cacheprovider -n 12 --timeout 480 --durations=10 "${sel[@]}" \
   tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py \
   tests/test_dispatch.py tests/test_validation.py tests/test_final_state.py tests/test_launches.py \
   tests/test_reverse.py tests/test_packed.py 2>&1 | tee "$out/gpu-tests.log"
