@@ -7,15 +7,20 @@ kernels are driven with the GPU configuration (tiles, warps, chunking for the ta
 on small CPU tensors of each shape class, and each launch is compiled by Triton's real JIT
 down to a cubin for the target (``warmup``: nothing runs; the outputs are garbage and unused).
 
-    python scripts/compile_for_gpu.py [--arch 90] [--sms 132]
+    python scripts/compile_for_gpu.py [--arch 90] [--sms 132] [--resources]
 
-Prints one row per kernel (specializations compiled) and exits 1 on the first compile error
+Prints one row per kernel (specializations compiled; with --resources also the registers per
+thread, fewest to most, and the local memory of any specialization that spills, read from the
+cubins by Triton's own cuobjdump) and exits 1 on the first compile error
 or when a kernel of scankit.triton is launched by no shape class here. Not covered: the int64
 offset (I64) variants, which need tensors over 2^31 elements.
 """
 import argparse
 import os
+import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -110,24 +115,41 @@ def _shape_classes():
             dict(scale=r(B, T, n) if k == 2 else None, gamma=r(B, T, n), h0=r(B, n, k))
 
 
+def resources(cubin: bytes) -> tuple[int, int]:
+    """(registers per thread, local memory bytes per thread: spills and stack) of a kernel's cubin."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", text)
+    if found is None:
+        raise RuntimeError(f"cuobjdump -res-usage gave no resource line: {text[-200:]}")
+    regs, stack, local = map(int, found.groups())
+    return regs, stack + local
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
     ap.add_argument("--sms", type=int, default=132, help="SM count the launch geometry aims at")
+    ap.add_argument("--resources", action="store_true", help="registers and local memory (spills) per kernel")
     args = ap.parse_args()
 
     import scankit.triton as kernels
     from scankit.triton import affine, common, elementwise, givens
 
     gpu_target(args.arch, args.sms)
-    compiled = {}  # kernel (module.name) -> its distinct compiled specializations
+    compiled = {}  # kernel (module.name) -> {its distinct compiled specializations: (registers, local bytes)}
     run = JITFunction.run
 
     def compile_only(self, *a, **kw):
         kw["warmup"] = True
         kernel = run(self, *a, **kw)
         assert "cubin" in kernel.asm, f"{self.__name__}: no cubin"
-        compiled.setdefault(f"{self.fn.__module__.rsplit('.', 1)[-1]}.{self.__name__}", set()).add(id(kernel))
+        name = f"{self.fn.__module__.rsplit('.', 1)[-1]}.{self.__name__}"
+        if id(kernel) not in compiled.setdefault(name, {}):
+            compiled[name][id(kernel)] = resources(kernel.asm["cubin"]) if args.resources else None
         return kernel
 
     JITFunction.run = compile_only
@@ -151,7 +173,14 @@ def main():
         return 1
     width = max(map(len, compiled))
     for name, kernels_ in sorted(compiled.items()):
-        print(f"{name:<{width}}  {len(kernels_):3d} specializations")
+        row = f"{name:<{width}}  {len(kernels_):3d} specializations"
+        if args.resources:
+            regs = [r for r, _ in kernels_.values()]
+            spills = [local for _, local in kernels_.values() if local]
+            row += f"  registers {min(regs)}-{max(regs)}"
+            if spills:
+                row += f"  {len(spills)} with local memory (up to {max(spills)} B: spills, stack)"
+        print(row)
     total = sum(map(len, compiled.values()))
     print(f"all {total} specializations of {len(compiled)} kernels compiled for sm_{args.arch} (triton {triton.__version__})")
     return 0

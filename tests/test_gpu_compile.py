@@ -12,10 +12,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_kernel_compiles_for_the_h200():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "scripts/compile_for_gpu.py", "--arch", "90", "--sms", "132"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run([sys.executable, "scripts/compile_for_gpu.py", "--arch", "90", "--sms", "132", "--resources"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "compiled for sm_90" in done.stdout and "givens._fwd_kernel" in done.stdout, done.stdout
+    rows = [line for line in done.stdout.splitlines() if " specializations" in line and not line.startswith("all ")]
+    assert len(rows) >= 12, done.stdout
+    for row in rows:  # each kernel's registers per thread from its cubins (sm_90 has 255 at most)
+        low, high = map(int, row.split("registers ")[1].split()[0].split("-"))
+        assert 0 < low <= high <= 255, row
 
 
 def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
