@@ -4,8 +4,8 @@ Every op also takes these call forms (keyword arguments):
 
 - ``reverse=True`` scans from the end, ``h_t = a_t h_{t+1} + b_t`` from h0 = h_{T+1} (a prefix
   form's A_t is the product from t to T): outputs in the inputs' time order, the final state h_1.
-  The elementwise kernels walk time backwards in place; the block ops (and every eager
-  reference) flip the inputs and outputs instead (``_time_reversed``: copies).
+  The kernels walk time backwards in place; the eager references flip the inputs and outputs
+  instead (``_time_reversed``: copies).
 - ``cu_seqlens`` (N+1,) int32/int64 offsets: the batch of 1 packs N sequences, each scanned
   from its own h0[n] (h0 (N, ...), zeros when None; the states only), final states (N, ...)
   (``scankit.packed``).
@@ -128,10 +128,10 @@ def _log_scan_with_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor, re
 
 
 def _time_reversed(op, reverse):
-    """``op`` (time at dim 1) scanning from the end when ``reverse``: h_t = a_t h_{t+1} + b_t,
-    from h0 = h_{T+1}; the outputs in the inputs' time order, the final state h_1. The
+    """The eager reference ``op`` (time at dim 1) scanning from the end when ``reverse``:
+    h_t = a_t h_{t+1} + b_t from h0 = h_{T+1}, the outputs in the inputs' time order. The
     time-indexed inputs go in flipped and the outputs come back flipped (copies, with their
-    gradients): the block ops and the eager references (the elementwise kernels need none)."""
+    gradients); the kernels need none."""
     if not _check_flag("reverse", reverse):
         return op
 
@@ -139,19 +139,8 @@ def _time_reversed(op, reverse):
         return x.flip(1) if isinstance(x, torch.Tensor) and x.dim() > 2 else x
 
     def run(*time_inputs, **kwargs):
-        cu = kwargs.get("cu_seqlens")
-        packed_ = isinstance(cu, torch.Tensor) and cu.dim() == 1 and cu.numel() >= 2
-        if packed_:  # the sequences in reversed order: their offsets mirrored, their h0 and final states too
-            kwargs["cu_seqlens"] = packed.mirrored(cu)
-            for key in ("h0", "log_h0"):
-                if isinstance(kwargs.get(key), torch.Tensor):
-                    kwargs[key] = kwargs[key].flip(0)
         out = op(*map(flip, time_inputs), **kwargs)
-        if not isinstance(out, tuple):
-            return flip(out)
-        if kwargs.get("return_final_state") is True:  # h_1: no time dim
-            return (*map(flip, out[:-1]), out[-1].flip(0) if packed_ else out[-1])
-        return tuple(map(flip, out))
+        return tuple(map(flip, out)) if isinstance(out, tuple) else flip(out)
     return run
 
 
@@ -308,13 +297,14 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: boo
     ``dim``: the time dim among the first three (default 1).
     ``reverse``, ``cu_seqlens``: the module doc.
     """
-    return _along_dim(dim, _time_reversed(_matrix_scan, reverse), (M, b),
+    _check_flag("reverse", reverse)
+    return _along_dim(dim, _matrix_scan, (M, b),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
-                           cu_seqlens=cu_seqlens))
+                           cu_seqlens=cu_seqlens, reverse=reverse))
 
 
 def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                 return_final_state: bool = False, cu_seqlens=None):
+                 return_final_state: bool = False, cu_seqlens=None, reverse: bool = False):
     _check_tensor("M", M, 5, "(B, T, n, 2, 2)")
     _check_time("M", M)
     if M.shape[-2:] != (2, 2):
@@ -324,14 +314,15 @@ def _matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
     _check_shape("b", b, M.shape[:3] + (2,), "(B, T, n, 2)")
     if cu_seqlens is not None:
         return _packed("matrix", _matrix_scan, "M", M, b, h0, cu_seqlens, (M.shape[2], 2), "(N, n, 2)",
-                       return_final_state, return_prefix=return_prefix)
+                       return_final_state, reverse=reverse, return_prefix=return_prefix)
     _check_h0(h0, M, "M", (M.shape[0], M.shape[2], 2), "(B, n, 2)", return_prefix)
+    eager = _time_reversed(reference.matrix_scan, reverse)
     return _with_final(dispatch.run(
         "matrix_scan",
         M.device,
-        lambda: reference.matrix_scan(M, b, h0=h0, return_prefix=return_prefix),
-        lambda k: k.matrix_scan(M, b, h0=h0, return_prefix=return_prefix),
-    ), return_final_state)
+        lambda: eager(M, b, h0=h0, return_prefix=return_prefix),
+        lambda k: k.matrix_scan(M, b, h0=h0, return_prefix=return_prefix, reverse=reverse),
+    ), return_final_state, reverse)
 
 
 def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
@@ -344,13 +335,14 @@ def matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_pref
     ``return_final_state=True`` appends h_T (B,n,k,v). ``dim``: the time dim among the first three.
     ``reverse``, ``cu_seqlens``: the module doc.
     """
-    return _along_dim(dim, _time_reversed(_matrix_affine_scan, reverse), (A, B),
+    _check_flag("reverse", reverse)
+    return _along_dim(dim, _matrix_affine_scan, (A, B),
                       dict(h0=h0, return_prefix=return_prefix, return_final_state=return_final_state,
-                           cu_seqlens=cu_seqlens))
+                           cu_seqlens=cu_seqlens, reverse=reverse))
 
 
 def _matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_prefix: bool = True,
-                        return_final_state: bool = False, cu_seqlens=None):
+                        return_final_state: bool = False, cu_seqlens=None, reverse: bool = False):
     _check_tensor("A", A, 5, "(B, T, n, k, k)")
     _check_time("A", A)
     if A.shape[-1] != A.shape[-2] or A.shape[-1] < 1:
@@ -361,11 +353,12 @@ def _matrix_affine_scan(A: torch.Tensor, B: torch.Tensor, *, h0=None, return_pre
         raise ValueError(f"B must have shape (B, T, n, k, v) = {tuple(A.shape[:4])} + (v,); got {tuple(B.shape)}")
     if cu_seqlens is not None:
         return _packed("matrix", _matrix_affine_scan, "A", A, B, h0, cu_seqlens, (A.shape[2], A.shape[3], B.shape[4]),
-                       "(N, n, k, v)", return_final_state, return_prefix=return_prefix)
+                       "(N, n, k, v)", return_final_state, reverse=reverse, return_prefix=return_prefix)
     _check_h0(h0, A, "A", (A.shape[0], A.shape[2], A.shape[3], B.shape[4]), "(B, n, k, v)", return_prefix)
+    eager = _time_reversed(reference.matrix_affine_scan, reverse)
     return _with_final(dispatch.run(
         "matrix_affine_scan",
         A.device,
-        lambda: reference.matrix_affine_scan(A, B, h0=h0, return_prefix=return_prefix),
-        lambda k: k.matrix_affine_scan(A, B, h0=h0, return_prefix=return_prefix),
-    ), return_final_state)
+        lambda: eager(A, B, h0=h0, return_prefix=return_prefix),
+        lambda k: k.matrix_affine_scan(A, B, h0=h0, return_prefix=return_prefix, reverse=reverse),
+    ), return_final_state, reverse)

@@ -91,8 +91,3 @@ def with_initial_states(kind: str, coeffs: torch.Tensor, inputs: torch.Tensor, h
 def final_states(h: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
     """Each sequence's last state (N, ...) of the packed states h (1, T, ...)."""
     return h.index_select(1, ends - 1).squeeze(0)
-
-
-def mirrored(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """The offsets of the packed sequences in reversed time (the last sequence first)."""
-    return cu_seqlens[-1] - cu_seqlens.flip(0)

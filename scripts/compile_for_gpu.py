@@ -105,10 +105,16 @@ def _shape_classes():
         M, x, h = r(B, T, n, 2, 2), r(B, T, n, 2), r(B, n, 2)
         yield f"matrix_scan {cls}", "matrix_scan", (M, x), {}
         yield f"matrix_scan state h0 {cls}", "matrix_scan", (M, x), dict(h0=h, return_prefix=False)
+        yield f"matrix_scan reverse {cls}", "matrix_scan", (M, x), dict(reverse=True)  # the kernels' REV
+        yield f"matrix_scan state h0 reverse {cls}", "matrix_scan", (M, x), dict(h0=h, return_prefix=False, reverse=True)
         for k, v in ((4, 2), (8, 1), (16, 16)):
             A, Bm, h = r(B, T, n, k, k), r(B, T, n, k, v), r(B, n, k, v)
             yield f"matrix_affine_scan k{k} v{v} {cls}", "matrix_affine_scan", (A, Bm), {}
             yield f"matrix_affine_scan k{k} v{v} state h0 {cls}", "matrix_affine_scan", (A, Bm), dict(h0=h, return_prefix=False)
+            if k == 4:
+                yield f"matrix_affine_scan k{k} v{v} reverse {cls}", "matrix_affine_scan", (A, Bm), dict(reverse=True)
+                yield f"matrix_affine_scan k{k} v{v} state h0 reverse {cls}", "matrix_affine_scan", (A, Bm), \
+                    dict(h0=h, return_prefix=False, reverse=True)
     for k in (2, 4, 8, 16):  # the angle-fused rotations
         B, T, n, R = 4, 256, 8, 2
         yield f"rotation_scan k{k}", "rotation_scan", (r(B, T, n, R, k // 2), r(B, T, n, k)), \

@@ -72,3 +72,34 @@ def test_the_counter_sees_glue_and_kernels(monkeypatch):
         torch.cat([x, y]).flip(0)
         torch.zeros(2)
     assert counted.kernels == [] and len(counted.glue) == 3, counted.glue
+
+
+
+def _counted_step(call, xs, grads, **kwargs):
+    for x in xs:  # a fresh step's leaves: no accumulation into .grad (an add_) in the count
+        x.grad = None
+    with Launches() as counted:
+        torch.autograd.backward(_outputs(call(*xs, **kwargs)), grads)
+    return counted
+
+
+@pytest.mark.parametrize("shape_class", list(DIMS))
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's shape classes (a GPU fills at ~4 programs per SM)")
+def test_a_reversed_call_launches_what_the_dense_call_does(op_name, shape_class, monkeypatch, seed):
+    """reverse=True walks time backwards inside the kernels: the same kernels and glue as the
+    dense call, no flip copies, forward and backward (issue 18). The log op with log_h0 apart
+    (a reversed scan reads no slot 0)."""
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    op = OPS[op_name]
+    xs = op.inputs(DIMS[shape_class][op_name], device="cpu", seed=seed, requires_grad=True)
+    call = op.fn
+    if op_name == "parallel_scan_log":
+        def call(lc, lv, **kwargs):
+            return op.fn(lc, lv[:, 1:], log_h0=lv[:, 0], **kwargs)
+    grads = [torch.randn_like(o) for o in _outputs(call(*xs))]
+    for kwargs in ({}, dict(reverse=True)):  # warm: cotangents, status buffers
+        torch.autograd.backward(_outputs(call(*xs, **kwargs)), grads)
+    dense, reverse = _counted_step(call, xs, grads), _counted_step(call, xs, grads, reverse=True)
+    assert dense.kernels and sorted(reverse.kernels) == sorted(dense.kernels), (dense.kernels, reverse.kernels)
+    assert sorted(reverse.glue) == sorted(dense.glue), (dense.glue, reverse.glue)

@@ -20,16 +20,16 @@ def linear_scan(a, b, *, h0=None, return_prefix=True, reverse=False, reset=None)
     return (prod, h) if return_prefix else h
 
 
-def matrix_affine_scan(A, B, *, h0=None, return_prefix=True):
+def matrix_affine_scan(A, B, *, h0=None, return_prefix=True, reverse=False):
     check_envelope("matrix_affine_scan", A, B, h0, kv=(A.shape[-1], B.shape[-1]))
-    Abar, out = affine.affine_scan(A, B, h0, return_prefix, False, None)
+    Abar, out = affine.affine_scan(A, B, h0, return_prefix, reverse, None)
     return (Abar, out) if return_prefix else out
 
 
-def matrix_scan(M, b, *, h0=None, return_prefix=True):
+def matrix_scan(M, b, *, h0=None, return_prefix=True, reverse=False):
     check_envelope("matrix_scan", M, b, h0)
-    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix, False,
-                                   None)
+    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix,
+                                   reverse, None)
     return (Abar, out.squeeze(-1)) if return_prefix else out.squeeze(-1)
 
 

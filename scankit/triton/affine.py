@@ -8,14 +8,15 @@ The backward walks t = T..1: ``G^_t = G_t + A_{t+1}^T G^_{t+1}``,
 ``dA_t = G^A_t Abar_{t-1}^T + G^B_t Bbar_{t-1}^T``, ``dB_t = G^B_t``, re-reading the saved
 forward outputs. Long sequences with few lanes split T into chunks as in
 ``elementwise``: a summary pass, then the main pass, each program folding the summaries of
-the chunks before it (after it, backward) into its carry-in.
+the chunks before it (after it, backward) into its carry-in. A scan from the end (REV) routes
+every time-indexed address through ``lang.row``: the same walk over the memory rows backwards.
 """
 import torch
 import triton
 import triton.language as tl
 from . import common
 from .common import cdiv, needs_int64, next_pow2, num_chunks, on_gpu, prefix_scan_op
-from .lang import program, when
+from .lang import program, row, when
 
 
 @triton.jit
@@ -61,8 +62,9 @@ def _fwd_kernel(
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sb_j, sh_b, sh_n, sh_i, sh_j,
     K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, FOLD: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
 ):
+    """Step t of the scan reads and writes memory row ``row(t, T, REV)`` (REV: from the end)."""
     bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BN + tl.arange(0, BN)
     ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
@@ -84,17 +86,18 @@ def _fwd_kernel(
     for j in range(0, CHUNK):
         t = ci * CHUNK + j
         m = when(t < T, nmask)
-        at = tl.load(a_ptr + bi * sa_b + t * sa_t + a_rel, mask=m, other=0.0).to(tl.float32)
-        bt = tl.load(b_ptr + bi * sb_b + t * sb_t + b_rel, mask=m, other=0.0).to(tl.float32)
+        r = row(t, T, REV)
+        at = tl.load(a_ptr + bi * sa_b + r * sa_t + a_rel, mask=m, other=0.0).to(tl.float32)
+        bt = tl.load(b_ptr + bi * sb_b + r * sb_t + b_rel, mask=m, other=0.0).to(tl.float32)
         # rows past T keep the state: A = 0 there, so blend instead of multiplying
         xb = tl.where(m, _mm(at, xb) + bt, xb)
         if TRACK_A:
             xa = tl.where(m, _mm(at, xa), xa)
         if not SUMMARY:
-            row = (bi * T + t) * N
-            tl.store(out_b_ptr + row * K * V + off_kv, xb.to(out_b_ptr.dtype.element_ty), mask=m)
+            at_row = (bi * T + r) * N
+            tl.store(out_b_ptr + at_row * K * V + off_kv, xb.to(out_b_ptr.dtype.element_ty), mask=m)
             if TRACK_A:
-                tl.store(out_a_ptr + row * K * K + off_kk, xa.to(out_a_ptr.dtype.element_ty), mask=m)
+                tl.store(out_a_ptr + at_row * K * K + off_kk, xa.to(out_a_ptr.dtype.element_ty), mask=m)
     if SUMMARY:
         side = (bi * NC + ci) * N
         tl.store(out_a_ptr + side * K * K + off_kk, xa, mask=nmask)
@@ -158,12 +161,13 @@ def _fwd2_kernel(
     T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sh_b, sh_n, sh_i,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
 ):
     """k = 2, v = 1 (``matrix_scan``): one lane per 2x2 block, its six numbers (M, v) and
     running (Abar, h) in registers as plain vectors, walked step by step (no per-step layout
     changes, unlike the generic kernel's broadcast products); parallelism from many lanes and
-    T-chunks, latency hidden by many resident warps and the pipelined loop."""
+    T-chunks, latency hidden by many resident warps and the pipelined loop. Step t at memory
+    row ``row(t, T, REV)``."""
     bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = n < N
@@ -183,16 +187,17 @@ def _fwd2_kernel(
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + j
         m = when(t < T, nmask)  # steps past T are identity steps
-        m00, m01, m10, m11 = _ld4(pa + t * sa_t, sa_i, sa_j, m, 1.0, 0.0, 0.0, 1.0)
-        x0, x1 = _ld2(pb + t * sb_t, sb_i, m, 0.0, 0.0)
+        r = row(t, T, REV)
+        m00, m01, m10, m11 = _ld4(pa + r * sa_t, sa_i, sa_j, m, 1.0, 0.0, 0.0, 1.0)
+        x0, x1 = _ld2(pb + r * sb_t, sb_i, m, 0.0, 0.0)
         h0, h1 = m00 * h0 + m01 * h1 + x0, m10 * h0 + m11 * h1 + x1
         if TRACK_A:
             p00, p01, p10, p11 = _mm2(m00, m01, m10, m11, p00, p01, p10, p11)
         if not SUMMARY:
-            row = (bi * T + t) * N + n
-            _st2(out_b_ptr + row * 2, h0, h1, m)
+            at_row = (bi * T + r) * N + n
+            _st2(out_b_ptr + at_row * 2, h0, h1, m)
             if TRACK_A:
-                _st4(out_a_ptr + row * 4, p00, p01, p10, p11, m)
+                _st4(out_a_ptr + at_row * 4, p00, p01, p10, p11, m)
     if SUMMARY:
         _st4(out_a_ptr + side * 4, p00, p01, p10, p11, nmask)
         _st2(out_b_ptr + side * 2, h0, h1, nmask)
@@ -206,8 +211,9 @@ def _bwd_kernel(
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
     K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, FOLD: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
 ):
+    """Steps t, t + 1, t - 1 of the scan at memory rows ``row(., T, REV)`` (REV: from the end)."""
     bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BN + tl.arange(0, BN)
     ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
@@ -228,27 +234,29 @@ def _bwd_kernel(
     for j in range(0, CHUNK):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time
         m = when(t < T, nmask)
-        c = tl.load(a_ptr + bi * sa_b + (t + 1) * sa_t + a_rel_t, mask=when(t + 1 < T, m), other=0.0).to(tl.float32)
-        row = (bi * T + t) * N
-        u = tl.load(gb_ptr + row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
+        c = tl.load(a_ptr + bi * sa_b + row(t + 1, T, REV) * sa_t + a_rel_t, mask=when(t + 1 < T, m),
+                    other=0.0).to(tl.float32)
+        at_row = (bi * T + row(t, T, REV)) * N
+        before = (bi * T + row(t - 1, T, REV)) * N  # the previous step's outputs
+        u = tl.load(gb_ptr + at_row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
         gb = tl.where(m, _mm(c, gb) + u, gb)
         if HAS_GA:
-            ua = tl.load(ga_ptr + row * K * K + off_kk, mask=m, other=0.0).to(tl.float32)
+            ua = tl.load(ga_ptr + at_row * K * K + off_kk, mask=m, other=0.0).to(tl.float32)
             ga = tl.where(m, _mm(c, ga) + ua, ga)
         if SUMMARY:
             prod = tl.where(m, _mm(c, prod), prod)
         else:
             first = t == 0
-            prev_b = tl.load(outb_ptr + (row - N) * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
+            prev_b = tl.load(outb_ptr + before * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
             if HAS_H0:
                 h0 = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=when(first, m), other=0.0)
                 prev_b += h0.to(tl.float32)
             da = _mm_t(gb, prev_b)
             if HAS_GA:
-                prev_a = tl.load(outa_ptr + (row - N) * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
+                prev_a = tl.load(outa_ptr + before * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
                 da += _mm_t(ga, tl.where(first, eye, prev_a))
-            tl.store(da_ptr + row * K * K + off_kk, da.to(da_ptr.dtype.element_ty), mask=m)
-            tl.store(db_ptr + row * K * V + off_kv, gb.to(db_ptr.dtype.element_ty), mask=m)
+            tl.store(da_ptr + at_row * K * K + off_kk, da.to(da_ptr.dtype.element_ty), mask=m)
+            tl.store(db_ptr + at_row * K * V + off_kv, gb.to(db_ptr.dtype.element_ty), mask=m)
     if SUMMARY:
         tl.store(sum_p_ptr + side * K * K + off_kk, prod, mask=nmask)
         tl.store(carry_b_ptr + side * K * V + off_kv, gb, mask=nmask)
@@ -256,7 +264,7 @@ def _bwd_kernel(
             tl.store(carry_a_ptr + side * K * K + off_kk, ga, mask=nmask)
     elif HAS_H0:
         if ci == 0:  # dL/dh_0 = A_1^T G^_1
-            a0t = tl.load(a_ptr + bi * sa_b + a_rel_t, mask=nmask, other=0.0).to(tl.float32)
+            a0t = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + a_rel_t, mask=nmask, other=0.0).to(tl.float32)
             tl.store(dh0_ptr + bi * N * K * V + off_kv, _mm(a0t, gb).to(dh0_ptr.dtype.element_ty), mask=nmask)
 
 
@@ -267,7 +275,7 @@ def _bwd2_kernel(
     T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
 ):
     """``_bwd_kernel`` for k = 2, v = 1, one lane per 2x2 block as plain vectors (like
     ``_fwd2_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t (and the same for the running
@@ -288,12 +296,13 @@ def _bwd2_kernel(
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time
         m = when(t < T, nmask)
-        m00, m01, m10, m11 = _ld4(pa + (t + 1) * sa_t, sa_i, sa_j, when(t + 1 < T, m), 0.0, 0.0, 0.0, 0.0)
-        row = (bi * T + t) * N + n
-        u0, u1 = _ld2(gb_ptr + row * 2, 1, m, 0.0, 0.0)
+        m00, m01, m10, m11 = _ld4(pa + row(t + 1, T, REV) * sa_t, sa_i, sa_j, when(t + 1 < T, m), 0.0, 0.0, 0.0, 0.0)
+        at_row = (bi * T + row(t, T, REV)) * N + n
+        before = (bi * T + row(t - 1, T, REV)) * N + n  # the previous step's outputs
+        u0, u1 = _ld2(gb_ptr + at_row * 2, 1, m, 0.0, 0.0)
         g0, g1 = tl.where(m, m00 * g0 + m10 * g1 + u0, g0), tl.where(m, m01 * g0 + m11 * g1 + u1, g1)
         if HAS_GA:
-            v00, v01, v10, v11 = _ld4(ga_ptr + row * 4, 2, 1, m, 0.0, 0.0, 0.0, 0.0)
+            v00, v01, v10, v11 = _ld4(ga_ptr + at_row * 4, 2, 1, m, 0.0, 0.0, 0.0, 0.0)
             n00, n01, n10, n11 = _mm2(m00, m10, m01, m11, q00, q01, q10, q11)  # A^T G^A
             q00, q01 = tl.where(m, n00 + v00, q00), tl.where(m, n01 + v01, q01)
             q10, q11 = tl.where(m, n10 + v10, q10), tl.where(m, n11 + v11, q11)
@@ -303,19 +312,19 @@ def _bwd2_kernel(
             p10, p11 = tl.where(m, n10, p10), tl.where(m, n11, p11)
         else:
             prev = when(t > 0, m)
-            h0, h1 = _ld2(outb_ptr + (row - N) * 2, 1, prev, 0.0, 0.0)
+            h0, h1 = _ld2(outb_ptr + before * 2, 1, prev, 0.0, 0.0)
             if HAS_H0:
                 i0, i1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, when(t == 0, m), 0.0, 0.0)
                 h0, h1 = h0 + i0, h1 + i1
             d00, d01, d10, d11 = g0 * h0, g0 * h1, g1 * h0, g1 * h1
             if HAS_GA:  # + G^A Abar_{t-1}^T, Abar_{-1} = I
-                r00, r01, r10, r11 = _ld4(outa_ptr + (row - N) * 4, 2, 1, prev, 1.0, 0.0, 0.0, 1.0)
+                r00, r01, r10, r11 = _ld4(outa_ptr + before * 4, 2, 1, prev, 1.0, 0.0, 0.0, 1.0)
                 d00 += q00 * r00 + q01 * r01
                 d01 += q00 * r10 + q01 * r11
                 d10 += q10 * r00 + q11 * r01
                 d11 += q10 * r10 + q11 * r11
-            _st4(da_ptr + row * 4, d00, d01, d10, d11, m)
-            _st2(db_ptr + row * 2, g0, g1, m)
+            _st4(da_ptr + at_row * 4, d00, d01, d10, d11, m)
+            _st2(db_ptr + at_row * 2, g0, g1, m)
     if SUMMARY:
         _st4(sum_p_ptr + side * 4, p00, p01, p10, p11, nmask)
         _st2(carry_b_ptr + side * 2, g0, g1, nmask)
@@ -323,7 +332,7 @@ def _bwd2_kernel(
             _st4(carry_a_ptr + side * 4, q00, q01, q10, q11, nmask)
     elif HAS_H0:
         if ci == 0:  # dL/dh_0 = A_0^T G^_0
-            a00, a01, a10, a11 = _ld4(pa, sa_i, sa_j, nmask, 0.0, 0.0, 0.0, 0.0)
+            a00, a01, a10, a11 = _ld4(pa + row(0, T, REV) * sa_t, sa_i, sa_j, nmask, 0.0, 0.0, 0.0, 0.0)
             _st2(dh0_ptr + (bi * N + n) * 2, a00 * g0 + a10 * g1, a01 * g0 + a11 * g1, nmask)
 
 
@@ -393,12 +402,12 @@ def _knobs_2x2(device) -> dict:
     return dict(STAGES=TWO_BY_TWO["stages"] if gpu else None, num_warps=TWO_BY_TWO["num_warps"] if gpu else 1)
 
 
-def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary):
+def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary, reverse):
     """One pass of the forward kernel (generic, or the 2x2 one) over (B x chunks x block tiles)."""
     B, T, N, K, _ = A.shape
     grid = (B * nc, cdiv(N, bn))
     flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary,
-                 I64=needs_int64(A, Bm, out_a, out_b))
+                 I64=needs_int64(A, Bm, out_a, out_b), REV=reverse)
     if two:
         common.launch(_fwd2_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
                       *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3], BLOCK_N=bn, **_knobs_2x2(A.device), **flags)
@@ -407,8 +416,9 @@ def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track
                       *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
 
 
-def _forward(A, Bm, h0, track_a: bool):
-    """(Abar or None, Bbar or h) of the block recurrence."""
+def _forward(A, Bm, h0, track_a: bool, reverse: bool = False):
+    """(Abar or None, Bbar or h) of the block recurrence; ``reverse``: from the end of time
+    (the kernels walk the memory rows backwards; outputs in the inputs' time order)."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
     out_b = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
@@ -424,13 +434,13 @@ def _forward(A, Bm, h0, track_a: bool):
     if nc > 1:  # each chunk's (product, state from zero); the main pass folds them into its carry-in
         sum_a = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
         sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
-        _launch(two, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True)
-    _launch(two, A, Bm, h0, sum_a, sum_b, out_a, out_b, bn, nc, chunk, track_a, False)
+        _launch(two, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True, reverse)
+    _launch(two, A, Bm, h0, sum_a, sum_b, out_a, out_b, bn, nc, chunk, track_a, False, reverse)
     return (out_a if track_a else None), out_b
 
 
-def _backward(A, h0, gb, ga, out_b, out_a):
-    """(dA, dB, dh0) of the block recurrence from the saved outputs."""
+def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
+    """(dA, dB, dh0) of the block recurrence from the saved outputs (of a scan from the end: ``reverse``)."""
     B, T, N, K, _ = A.shape
     V = gb.shape[-1]
     gb = gb.contiguous()
@@ -449,7 +459,7 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     else:
         kernel = _bwd_kernel
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
-    consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, I64=needs_int64(A, gb, ga, dA, dB))
+    consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, I64=needs_int64(A, gb, ga, dA, dB), REV=reverse)
     args = (T, N, nc, chunk, B * nc, *_s(A), *_s(h0, 4))
     sum_p = sum_b = sum_a = None
     if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
@@ -463,15 +473,15 @@ def _backward(A, h0, gb, ga, out_b, out_a):
     return dA, dB, dh0
 
 
-def _forward_in_order(A, B, h0, track_a, reverse, reset):
-    if reverse or reset is not None:  # scankit.ops flips the block ops' time and resets their carry itself
-        raise ValueError("the block-scan kernels scan dense batches forward in time only")
-    return _forward(A, B, h0, track_a=track_a)
+def _dense(A, B, h0, track_a, reverse, reset):
+    if reset is not None:  # scankit.ops resets the block ops' carry itself (a copy of the coefficients)
+        raise ValueError("the block-scan kernels scan dense batches (no in-kernel resets)")
+    return _forward(A, B, h0, track_a=track_a, reverse=reverse)
 
 
 affine_scan = prefix_scan_op(
     "affine_scan",
-    _forward_in_order,
+    _dense,
     lambda A, h0, Abar, out, g_Abar, g_out, reverse, reset: _backward(A, h0, g_out, g_Abar, out,
-                                                                      Abar if g_Abar is not None else None),
+                                                                      Abar if g_Abar is not None else None, reverse),
 )

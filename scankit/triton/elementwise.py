@@ -40,7 +40,7 @@ import triton.language as tl
 from torch.library import triton_op
 
 from . import common
-from .lang import idx, program, when
+from .lang import idx, program, row, when
 from .common import cdiv, empty_like_shape as _empty, needs_int64, num_chunks, tiles
 
 # The log op's linear-space tiles: |log values| and carry - log values at most this (module doc)
@@ -52,16 +52,6 @@ LOG_SPAN = tl.constexpr(1.1420073898156842e26)  # e^LOG_RANGE
 def _combine(a1, b1, a2, b2):
     """(a1, b1) then (a2, b2): x -> a2 (a1 x + b1) + b2."""
     return a1 * a2, a2 * b1 + b2
-
-
-@triton.jit
-def _row(r, T, REV: tl.constexpr):
-    """The memory row of time step ``r``: ``r``, or ``T - 1 - r`` for a scan from the end
-    (REV: every time-indexed address goes through here, so the kernels walk time backwards in
-    place; the logic, masks and carries stay in scan order)."""
-    if REV:
-        r = T - 1 - r
-    return r
 
 
 @triton.jit
@@ -167,12 +157,12 @@ def _fwd_kernel(
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
+        a, b = _load_ab(a_ptr, b_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
                         reset_ptr, T, HAS_RESET)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
-            out_off = out_base + _row(rows, T, REV)[:, None] * D
+            out_off = out_base + row(rows, T, REV)[:, None] * D
             tl.store(out_h_ptr + out_off, hs.to(out_h_ptr.dtype.element_ty), mask=mask)
             if WRITE_A:
                 tl.store(out_a_ptr + out_off, (a_run * prod[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
@@ -216,13 +206,13 @@ def _log_fwd_kernel(
     for j in tl.range(0, CHUNK // BLOCK_T, num_stages=STAGES):
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
-        lc, lv = _load_ab(lc_ptr, lv_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True,
+        lc, lv = _load_ab(lc_ptr, lv_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True,
                           V0, reset_ptr, T, HAS_RESET)
         a, b = tl.exp(lc), tl.exp(lv)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
-            tl.store(out_ptr + out_base + _row(rows, T, REV)[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptr + out_base + row(rows, T, REV)[:, None] * D, hs.to(out_ptr.dtype.element_ty), mask=mask)
         # exact where: decays only, |log b| <= LOG_RANGE, carry <= e^LOG_RANGE b (from a and b,
         # live anyway: fewer registers than from the logs)
         far = (a > 1.0) | (b < 1.0 / LOG_SPAN) | (b > LOG_SPAN) | (h[None, :] > LOG_SPAN * b)
@@ -236,7 +226,7 @@ def _log_fwd_kernel(
         ell = ell_in
         lsum = tl.zeros((BLOCK_D,), tl.float32)
         for t in range(t_lo, tl.minimum(t_lo + CHUNK, T)):
-            m = _row(t, T, REV)
+            m = row(t, T, REV)
             lc = tl.load(lc_ptr + bi * sa_b + m * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
             if HAS_RESET:
                 lc = tl.where(tl.load(reset_ptr + m) != 0, float("-inf"), lc)
@@ -348,7 +338,7 @@ def _fwd_lookback_kernel(
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
-    a, b = _load_ab(a_ptr, b_ptr, bi, _row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
+    a, b = _load_ab(a_ptr, b_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
                     reset_ptr, T, HAS_RESET)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
@@ -357,7 +347,7 @@ def _fwd_lookback_kernel(
     carry_a, carry_h = _carry_in(words, words + STRIDE_T * tl.cdiv(T, BLOCK_T), ti, STRIDE_T, bi * D + d, dmask,
                                  tot_a, tot_h, init_h, epoch, BLOCK_D, WINDOW, PREFIX_EVERY)
 
-    out_off = bi * T * D + _row(rows, T, REV)[:, None] * D + d[None, :]
+    out_off = bi * T * D + row(rows, T, REV)[:, None] * D + d[None, :]
     tl.store(out_h_ptr + out_off, (a_run * carry_h[None, :] + b_run).to(out_h_ptr.dtype.element_ty), mask=mask)
     if WRITE_A:
         tl.store(out_a_ptr + out_off, (a_run * carry_a[None, :]).to(out_a_ptr.dtype.element_ty), mask=mask)
@@ -369,7 +359,7 @@ def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.conste
     """a_{t+1} per row of a backward tile (0 past T and where step t + 1 resets; 1 on rows past
     T, the scan's identity)."""
     nxt = (rows + 1 < T)[:, None] & mask
-    m = _row(rows + 1, T, REV)
+    m = row(rows + 1, T, REV)
     if HAS_RESET:
         nxt = nxt & ~_resets(reset_ptr, m, T)[:, None]
     c = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
@@ -387,7 +377,7 @@ def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, of
     prev = tl.load(hout_ptr + off - back, mask=later, other=0.0).to(tl.float32)
     da = ghat * tl.where(first, h0[None, :], prev)
     if HAS_RESET:  # a reset step's coefficient was 0 whatever a said: no gradient reaches it
-        da = tl.where(_resets(reset_ptr, _row(rows, T, REV), T)[:, None], 0.0, da)
+        da = tl.where(_resets(reset_ptr, row(rows, T, REV), T)[:, None], 0.0, da)
     if HAS_GA:
         aprev = tl.load(aout_ptr + off - back, mask=later, other=1.0).to(tl.float32)
         da += gahat * tl.where(first, 1.0, aprev)
@@ -428,7 +418,7 @@ def _bwd_kernel(
         rows = t_lo + CHUNK - 1 - j * BLOCK_T - tl.arange(0, BLOCK_T)  # descending time
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
-        off = base + _row(rows, T, REV)[:, None] * D
+        off = base + row(rows, T, REV)[:, None] * D
         c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
@@ -451,7 +441,7 @@ def _bwd_kernel(
         if HAS_GA:
             tl.store(carry_a_ptr + side, ga, mask=dmask)
     elif HAS_H0:  # dL/dh_0 = a_0 g^_0 (g: g^ at row 0 once chunk 0 is walked)
-        a0 = tl.load(a_ptr + bi * sa_b + _row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        a0 = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=when(ci == 0, dmask))
 
 
@@ -486,7 +476,7 @@ def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dl
         _, q = _fold(sum_p_ptr, carry_ptr, q, q, bi, NC - 1, -1, NC - 1 - ci, NC, D, d, dmask)
     prod = tl.full((BLOCK_D,), 1.0, tl.float32)
     after = t_lo + CHUNK < T
-    m_after = _row(t_lo + CHUNK, T, REV)
+    m_after = row(t_lo + CHUNK, T, REV)
     h_next = tl.load(h_ptr + base + m_after * D, mask=when(after, dmask), other=1.0).to(tl.float32)
     lc_next = tl.load(lc_ptr + bi * sa_b + m_after * sa_t + d * sa_d, mask=when(after, dmask),
                       other=0.0).to(tl.float32)
@@ -494,7 +484,7 @@ def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dl
         lc_next = tl.where(after & (tl.load(reset_ptr + m_after, mask=after, other=0) != 0), float("-inf"), lc_next)
     for j in range(0, tl.minimum(CHUNK, T - t_lo)):
         t = tl.minimum(t_lo + CHUNK, T) - 1 - j
-        m = _row(t, T, REV)
+        m = row(t, T, REV)
         h = tl.load(h_ptr + base + m * D, mask=dmask, other=1.0).to(tl.float32)
         lc = tl.load(lc_ptr + bi * sa_b + m * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         if HAS_RESET:
@@ -506,7 +496,7 @@ def _log_bwd_rows(lc_ptr, lv_ptr, lh0_ptr, gh_ptr, h_ptr, carry_ptr, dlc_ptr, dl
             prod = prod * c
         else:
             lv = tl.load(lv_ptr + bi * sb_b + (m + V0) * sb_t + d * sb_d, mask=dmask, other=float("-inf"))
-            hp = tl.load(h_ptr + base + _row(t - 1, T, REV) * D, mask=when(t >= 1, dmask), other=1.0).to(tl.float32)
+            hp = tl.load(h_ptr + base + row(t - 1, T, REV) * D, mask=when(t >= 1, dmask), other=1.0).to(tl.float32)
             lh_prev = tl.where(t == 0, lh0, tl.log(hp))
             da = q * _share(lc + lh_prev - lh, h > 0.0)
             db = q * _share(lv.to(tl.float32) - lh, h > 0.0)
@@ -548,8 +538,8 @@ def _log_bwd_kernel(
     # the states the linear walk divides and multiplies by: after the chunk (q_in -> g^) and
     # at its first row (g^ -> q)
     after = t_lo + CHUNK < T
-    h_after = tl.load(h_ptr + base + _row(t_lo + CHUNK, T, REV) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
-    h_first = tl.load(h_ptr + base + _row(t_lo, T, REV) * D, mask=dmask, other=1.0).to(tl.float32)
+    h_after = tl.load(h_ptr + base + row(t_lo + CHUNK, T, REV) * D, mask=when(after, dmask), other=1.0).to(tl.float32)
+    h_first = tl.load(h_ptr + base + row(t_lo, T, REV) * D, mask=dmask, other=1.0).to(tl.float32)
     edge = dmask & (when(after, ~_in_range(h_after)) | ~_in_range(h_first))
 
     g = q_in / h_after
@@ -560,11 +550,11 @@ def _log_bwd_kernel(
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
         nxt = (rows + 1 < T)[:, None] & mask
-        mrows = _row(rows, T, REV)
+        mrows = row(rows, T, REV)
         off = base[None, :] + mrows[:, None] * D
         a_off = bi * sa_b + mrows[:, None] * sa_t + d[None, :] * sa_d
         if HAS_RESET:  # a reset at step t + 1: its coefficient is 0 (log -inf, the masked value)
-            nxt = nxt & ~_resets(reset_ptr, _row(rows + 1, T, REV), T)[:, None]
+            nxt = nxt & ~_resets(reset_ptr, row(rows + 1, T, REV), T)[:, None]
         lc_next = tl.load(lc_ptr + a_off + (-sa_t if REV else sa_t), mask=nxt, other=float("-inf")).to(tl.float32)
         c = tl.where(valid[:, None], tl.exp(lc_next), 1.0)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
@@ -653,7 +643,7 @@ def _bwd_lookback_kernel(
     rows = (n_tiles - tr) * BLOCK_T - 1 - tl.arange(0, BLOCK_T)  # descending time
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
-    off = bi * T * D + _row(rows, T, REV)[:, None] * D + d[None, :]
+    off = bi * T * D + row(rows, T, REV)[:, None] * D + d[None, :]
     cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET)
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
@@ -677,7 +667,7 @@ def _bwd_lookback_kernel(
     _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
                   sa_b, sa_d, HAS_GA, REV, reset_ptr, T, HAS_RESET)
     if HAS_H0:  # dL/dh_0 = a_0 g^_0
-        a0 = tl.load(a_ptr + bi * sa_b + _row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        a0 = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
         tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
                  mask=when(last, dmask))
 

@@ -30,3 +30,13 @@ def when(cond, mask):
     """The block ``mask`` where the scalar ``cond`` holds, else all False (built as a block:
     Triton 3.9's interpreter refuses a block mask ``&``-ed with a scalar)."""
     return tl.where(cond, mask, False)
+
+
+@triton.jit
+def row(r, T, REV: tl.constexpr):
+    """The memory row of time step ``r``: ``r``, or ``T - 1 - r`` for a scan from the end
+    (REV: every time-indexed address goes through here, so the kernels walk time backwards in
+    place; the logic, masks and carries stay in scan order)."""
+    if REV:
+        r = T - 1 - r
+    return r
