@@ -199,20 +199,18 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log
     16384 on minGRU-like inputs, where the kernel stays near 1e-7) because it subtracts a
     running sum of log_coeffs that grows with T; give it float64 inputs for long sequences.
     """
-    op = _log_slot_apart(_parallel_scan_log) if _check_flag("reverse", reverse) else _parallel_scan_log
-    return _along_dim(dim, op, (log_coeffs, log_values),
+    _check_flag("reverse", reverse)
+    return _along_dim(dim, _parallel_scan_log, (log_coeffs, log_values),
                       dict(log_h0=log_h0, return_final_state=return_final_state, cu_seqlens=cu_seqlens, reverse=reverse))
 
 
-def _log_slot_apart(op):
-    """``op`` with the slot-0 form's log h_0 passed as ``log_h0`` (views, no copy): slot 0 is
-    the initial state, which a reversed scan must not read as a step."""
-    def run(log_coeffs, log_values, *, log_h0=None, **kwargs):
-        if (log_h0 is None and isinstance(log_coeffs, torch.Tensor) and isinstance(log_values, torch.Tensor)
-                and log_coeffs.dim() == log_values.dim() == 3 and log_values.shape[1] == log_coeffs.shape[1] + 1):
-            log_h0, log_values = log_values[:, 0], log_values[:, 1:]
-        return op(log_coeffs, log_values, log_h0=log_h0, **kwargs)
-    return run
+def _log_eager(log_coeffs, log_values, log_h0, reverse: bool):
+    """The eager log reference, from the end when ``reverse``: the slot-0 form's log h_0 then
+    passed apart (views), since the reference flips time and slot 0 is no step (the kernels
+    read slot 0 in place either way)."""
+    if reverse and log_h0 is None:
+        log_h0, log_values = log_values[:, 0], log_values[:, 1:]
+    return _time_reversed(reference.parallel_scan_log, reverse)(log_coeffs, log_values, log_h0)
 
 
 def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, log_h0=None,
@@ -237,11 +235,10 @@ def _parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor, *, lo
         _check_tensor("log_h0", log_h0, 2, "(B, D)")
         _check_same("log_coeffs", log_coeffs, "log_h0", log_h0)
         _check_shape("log_h0", log_h0, (B, D), "(B, D)")
-    eager = _time_reversed(reference.parallel_scan_log, reverse)  # reverse: log_h0 apart (_log_slot_apart)
     return _with_final(dispatch.run(
         "parallel_scan_log",
         log_coeffs.device,
-        lambda: eager(log_coeffs, log_values, log_h0),
+        lambda: _log_eager(log_coeffs, log_values, log_h0, reverse),
         lambda k: k.parallel_scan_log(log_coeffs, log_values, log_h0, reverse),
     ), return_final_state, reverse)
 

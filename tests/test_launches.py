@@ -88,15 +88,12 @@ def _counted_step(call, xs, grads, **kwargs):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's shape classes (a GPU fills at ~4 programs per SM)")
 def test_a_reversed_call_launches_what_the_dense_call_does(op_name, shape_class, monkeypatch, seed):
     """reverse=True walks time backwards inside the kernels: the same kernels and glue as the
-    dense call, no flip copies, forward and backward (issue 18). The log op with log_h0 apart
-    (a reversed scan reads no slot 0)."""
+    dense call, no flip copies, forward and backward (issue 18); the log op in its slot-0 form
+    (log h_0 read in place as the scan from the end's initial state)."""
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     op = OPS[op_name]
     xs = op.inputs(DIMS[shape_class][op_name], device="cpu", seed=seed, requires_grad=True)
     call = op.fn
-    if op_name == "parallel_scan_log":
-        def call(lc, lv, **kwargs):
-            return op.fn(lc, lv[:, 1:], log_h0=lv[:, 0], **kwargs)
     grads = [torch.randn_like(o) for o in _outputs(call(*xs))]
     for kwargs in ({}, dict(reverse=True)):  # warm: cotangents, status buffers
         torch.autograd.backward(_outputs(call(*xs, **kwargs)), grads)

@@ -65,14 +65,26 @@ def test_reverse_prefix_form_is_the_suffix_product_and_the_solution_from_zero(op
         torch.testing.assert_close(x.cpu().double(), y, atol=1e-4, rtol=1e-5)
 
 
-def test_reverse_log_slot_form_reads_slot_0_as_the_initial_state(kernel_mode, seed):
+@pytest.mark.parametrize("B,T", [(2, 1), (2, 13), (1, 257)])
+def test_reverse_log_slot_form_reads_slot_0_as_the_initial_state(B, T, kernel_mode, seed):
+    """Slot 0 of log_values is log h_0 = log h_{T+1} of the scan from the end, read in place by
+    the kernels (no split, no gradient assembled into a copy): states and gradients against the
+    float64 loop and against the same scan with log_h0 passed apart."""
     g = torch.Generator().manual_seed(seed)
-    (lc, lv), lh0 = _inputs("parallel_scan_log", 2, 13, g, DTYPE[kernel_mode])
-    lc, lv, lh0 = lc.to(DEVICE), lv.to(DEVICE), lh0.to(DEVICE)
-    slot = scankit.parallel_scan_log(lc, torch.cat([lh0.unsqueeze(1), lv], dim=1), reverse=True)
-    torch.testing.assert_close(slot, scankit.parallel_scan_log(lc, lv, log_h0=lh0, reverse=True), atol=0, rtol=0)
-    ref = log_loop(lc.cpu(), torch.cat([lh0.unsqueeze(1), lv], dim=1).cpu(), reverse=True)
-    torch.testing.assert_close(slot.cpu().double(), ref, atol=1e-5, rtol=1e-5)
+    (lc, lv), lh0 = _inputs("parallel_scan_log", B, T, g, DTYPE[kernel_mode])
+    slot_values = torch.cat([lh0.unsqueeze(1), lv], dim=1)
+    lc, slot_values = lc.to(DEVICE).requires_grad_(), slot_values.to(DEVICE).requires_grad_()
+    slot = scankit.parallel_scan_log(lc, slot_values, reverse=True)
+    apart = scankit.parallel_scan_log(lc, slot_values[:, 1:], log_h0=slot_values[:, 0], reverse=True)
+    torch.testing.assert_close(slot, apart, atol=0, rtol=0)
+    lc64, lv64 = (x.detach().cpu().double().requires_grad_() for x in (lc, slot_values))
+    ref = log_loop(lc64, lv64, reverse=True)
+    torch.testing.assert_close(slot.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    cot = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad(slot, (lc, slot_values), cot.to(slot.dtype).to(DEVICE))
+    want = torch.autograd.grad(ref, (lc64, lv64), cot)
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x.cpu().double(), y, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("T", sorted(PIECES))

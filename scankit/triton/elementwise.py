@@ -694,11 +694,9 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
     """States (and running products when ``write_a``) of the elementwise recurrence: one
     pass, or where T is chunked a summary pass and the main pass, which folds the chunk
     summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead).
-    ``reverse``: from the end of time (the log op then takes h_0 apart: log_values (B, T, D)).
+    ``reverse``: from the end of time (the log op's slot 0 stays log h_0, read in place).
     ``reset``: int8 (T,) flags of the memory rows where a packed sequence's scan begins (B = 1)."""
     B, T, D = a.shape
-    if reverse and log and h0 is None:
-        raise ValueError("a reversed log scan takes log_h0 apart (log_values (B, T, D)), not in slot 0")
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     if out_h.numel() == 0:
