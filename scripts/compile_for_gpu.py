@@ -94,6 +94,8 @@ def _shape_classes():
                     dict(h0=h0, return_prefix=False, reverse=True)
                 yield f"parallel_scan_log reverse {cls}", "parallel_scan_log", (a.log().neg(), b), \
                     dict(log_h0=h0, reverse=True)
+                yield f"parallel_scan_log slot 0 reverse {cls}", "parallel_scan_log", \
+                    (a.log().neg(), r(B, T + 1, D, dtype=dtype)), dict(reverse=True)
             if cls == "narrow":  # packed sequences (B = 1): the kernels' in-place resets
                 reset = (torch.arange(T) % 700 == 0).to(torch.int8)
                 for reverse in (False, True):
