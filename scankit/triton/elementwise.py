@@ -13,7 +13,7 @@ it, backward) into its carry-in: two launches, no scan of the summaries in betwe
 ``linear_scan`` runs single-pass with decoupled look-back there instead (``common.LOOKBACK``).
 
 A scan from the end (``reverse``, constexpr REV) maps every time-indexed address through
-``_row`` (step t at memory row T - 1 - t): the same kernels walk time backwards in place,
+``lang.row`` (step t at memory row T - 1 - t): the same kernels walk time backwards in place,
 their tiles, chunks, look-back and carries in scan order.
 
 The log op (``parallel_scan_log``) carries its state between chunks as log h. A chunk is
@@ -618,7 +618,7 @@ def _store_dlog_h0(dlv_ptr, dh0_ptr, bi, col, da, mask, T, D, V0: tl.constexpr):
 def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, mrows, off, mask, da, db, T, D, V0: tl.constexpr):
     """Store a tile's dlog_a (into dlog_coeffs), its dlog_b into row t + V0 of dlog_values
     (B, T + V0, D), and step 0's dlog_a as dlog h_0 (``_store_dlog_h0``); ``rows`` the tile's
-    steps, ``mrows`` their memory rows (``_row``), ``off`` their offsets."""
+    steps, ``mrows`` their memory rows (``lang.row``), ``off`` their offsets."""
     tl.store(dlv_ptr + off + V0 * (bi * D + D), db.to(dlv_ptr.dtype.element_ty), mask=mask)
     col = off - bi * T * D - mrows[:, None] * D  # d, per element of the tile
     _store_dlog_h0(dlv_ptr, dh0_ptr, bi, col, da, mask & (rows == 0)[:, None], T, D, V0)
