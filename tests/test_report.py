@@ -128,3 +128,25 @@ def test_tried_figures_come_from_the_committed_tune_logs(monkeypatch, tmp_path):
     payload = roofline.payload(ENV, *_roofline_inputs(), tried=tried)
     md = report.write("scan_roofline", payload, tmp_path)[1].read_text()
     assert "  - a trial: 2.0 us against 4.0 us (0.50×) (run 99, `x.json`)" in md
+
+
+def test_call_form_table_divides_by_the_dense_call(tmp_path):
+    """Issue 18's table: each form's time over the dense call's, packed met within 10%; a
+    missing or n/a cell reads n/a, never met."""
+    from benchmarks.harness import grid
+
+    op = grid.FORM_OPS[0]
+    device = {(op, "dense", "fwd"): 1e-3, (op, "reverse", "fwd"): 1.02e-3, (op, "packed", "fwd"): 1.2e-3,
+              (op, "dense", "fwdbwd"): 2e-3, (op, "packed", "fwdbwd"): 2.1e-3, (op, "reverse", "fwdbwd"): float("nan")}
+    rows = {(r["op"], r["direction"]): r for r in report.form_rows(device)}
+    fwd, both = rows[op, "fwd"], rows[op, "fwdbwd"]
+    assert fwd["ratio"]["reverse"] == pytest.approx(1.02) and fwd["ratio"]["packed"] == pytest.approx(1.2)
+    assert fwd["met"] is False and both["met"] is True and both["ratio"]["reverse"] is None
+    assert rows[grid.FORM_OPS[1], "fwd"]["met"] is None and rows[grid.FORM_OPS[1], "fwd"]["dense_us"] is None
+    payload = dict(env=dict(ENV, time_method="track_device_time"), rows=[], skipped=[], copy_bw=None, seed=[],
+                   forms=report.form_rows(device), form_names=[f for f in grid.FORMS if f != "dense"],
+                   packed_target=report.PACKED_TARGET)
+    md = report.write("scan_bench", payload, tmp_path)[1].read_text()
+    assert f"| {op} | fwd | 1,000.0 | 1.020 | 1.200 |" in md and "| **no** |" in md
+    assert f"| {op} | fwdbwd | 2,000.0 | n/a | 1.050 |" in md
+    assert f"| {grid.FORM_OPS[1]} | fwd | n/a | n/a | n/a |" in md

@@ -35,6 +35,7 @@ SCALING = "bench_roofline.Scaling"
 # block-median time of the runs before it
 TIME_TRACKS = ("track_device_time", "track_time")
 REFERENCES = "bench_scans.References"
+FORMS = "bench_scans.CallForms"
 
 
 def references_run(results_dir: Path, machine: str, run: dict):
@@ -162,6 +163,8 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
         latency.update({k: v for k, v in values(ref_run, f"{REFERENCES}.track_call_latency").items() if v is not None})
     env["time_method"] = time_name.rsplit(".", 1)[-1]
     bench = report.bench_payload(env, cells, copy_bw, report.seed_rows(cells["seconds"], latency))
+    if f"{FORMS}.track_device_time" in run["results"]:  # runs before the call forms have none
+        bench["forms"] = report.form_rows(values(run, f"{FORMS}.track_device_time"))
     paths = report.write("scan_bench", bench, out_dir)
     paths += report.write("scan_parity", report.parity_payload(env, parity["rows"]), out_dir)
     if roofline is not None and copy_bw is not None:

@@ -92,7 +92,34 @@ def bench_payload(env: dict, cells: dict, copy_bw: float, seed: list | None = No
                 rows.append(row)
     skipped = [dict(op=k[0], shape=k[1], impl=k[2], reason=r) for k, r in sorted(cells["skipped"].items())
                if k[3] == "fwd"]
-    return dict(env=env, rows=rows, skipped=skipped, copy_bw=copy_bw, seed=seed or [])
+    return dict(env=env, rows=rows, skipped=skipped, copy_bw=copy_bw, seed=seed or [], forms=[],
+                form_names=[f for f in grid.FORMS if f != "dense"], packed_target=PACKED_TARGET)
+
+
+PACKED_TARGET = 1.10  # issue 18: a packed call within 10% of the dense call of the same size
+
+
+def form_rows(device: dict) -> list[dict]:
+    """The call forms (grid.FORMS) beside the dense call, from ``suite.form_cells``'s device
+    time ({(op, form, direction): seconds}; missing or n/a = None): the dense call's us, each
+    other form's time over it, a per-sequence loop's over the packed call's where both are
+    forms, and issue 18's packed target."""
+    import math
+
+    from . import grid
+
+    rows = []
+    for op in grid.FORM_OPS:
+        for direction in grid.DIRECTIONS:
+            t = {f: device.get((op, f, direction)) for f in grid.FORMS}
+            t = {f: None if v is None or math.isnan(v) else v for f, v in t.items()}
+            dense = t["dense"]
+            ratio = {f: t[f] / dense if dense and t[f] else None for f in grid.FORMS if f != "dense"}
+            looped, packed = t.get("looped"), t.get("packed")
+            rows.append(dict(op=op, direction=direction, dense_us=dense * 1e6 if dense else None, ratio=ratio,
+                             looped_over_packed=looped / packed if looped and packed else None,
+                             met=None if ratio.get("packed") is None else ratio["packed"] <= PACKED_TARGET))
+    return rows
 
 
 def seed_rows(device: dict, latency: dict) -> list:
