@@ -125,7 +125,10 @@ class _Mixer(nn.Module):
             raise ValueError(f"x_t must have shape (B, input_size={self.input_size}); got {got}")
         x = x_t.unsqueeze(1)
         self._check_x(x)
-        dt = None if delta_t is None else torch.as_tensor(delta_t, device=x.device).reshape(-1, 1).expand(x.shape[0], 1)
+        if isinstance(delta_t, (int, float)):  # filled on the device: a host tensor copied there would wait for the GPU
+            dt = x.new_full((x.shape[0], 1), float(delta_t))
+        else:
+            dt = None if delta_t is None else torch.as_tensor(delta_t, device=x.device).reshape(-1, 1).expand(x.shape[0], 1)
         return self._step(x, self._state(h, x.shape[0], x), dt)
 
 

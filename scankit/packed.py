@@ -23,8 +23,10 @@ def offsets(cu_seqlens, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch
     """(starts, ends) of the packed sequences, as int64 on ``x``'s device, after checking
     ``cu_seqlens`` against ``x`` (batch 1, time at dim 1). Reads the offsets on the host: a
     device ``cu_seqlens`` costs one synchronisation per call (a wrong offset would otherwise
-    be a silent miscomputation); a CPU one costs none. Traced (torch.compile, fake tensors)
-    the values are not known: dtype, shape and device are checked, the offsets are trusted."""
+    be a silent miscomputation); a CPU one costs none: the offsets go to the device from pinned
+    memory (a copy from pageable memory would make the host wait for every kernel queued
+    before it). Traced (torch.compile, fake tensors) the values are not known: dtype, shape and
+    device are checked, the offsets are trusted."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"cu_seqlens must be a torch.Tensor of int32 or int64 offsets (N+1,); got "
                         f"{type(cu_seqlens).__name__}")
@@ -53,8 +55,9 @@ def offsets(cu_seqlens, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch
         kind = "decreases" if lengths[n] < 0 else "has an empty sequence"
         raise ValueError(f"cu_seqlens {kind} at sequence {n} ({values[n]} -> {values[n + 1]}): offsets must "
                          f"increase strictly (every sequence at least one step)")
-    # to the device without a stream synchronisation (a blocking copy would wait for the GPU)
-    bounds = torch.tensor(values, dtype=torch.int64).to(x.device, non_blocking=True)
+    # staged in pinned memory, so the copy is queued without waiting for the device (torch's
+    # caching host allocator keeps the staging block until the copy has run)
+    bounds = torch.tensor(values, dtype=torch.int64, pin_memory=x.device.type == "cuda").to(x.device, non_blocking=True)
     return bounds[:-1], bounds[1:]
 
 

@@ -168,3 +168,19 @@ def test_mingru_h0_check_never_synchronises(monkeypatch):
     monkeypatch.setenv("SCANKIT_CHECK_VALUES", "1")
     with pytest.raises(ValueError, match="h_0 must be > 0"):
         m(x, h_0=-h0)
+
+
+@gpu
+def test_step_with_a_number_delta_t_never_synchronises():
+    """``step(x_t, h, delta_t=0.5)``: the number is filled on the device, not copied there
+    from the host (which waits for the GPU), and equals the tensor form."""
+    m = scankit.SignedMinGRU(4, 6, decay=True).cuda()
+    x, h = torch.randn(3, 4, device="cuda"), torch.randn(3, 6, device="cuda")
+    want = m.step(x, h, delta_t=torch.full((3,), 0.5, device="cuda"))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = m.step(x, h, delta_t=0.5)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(got, want)

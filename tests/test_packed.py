@@ -168,3 +168,36 @@ def test_mixers_and_the_stack_take_packed_batches(name, decay, kernel_mode, seed
         for a, b in zip(last, last_n):
             torch.testing.assert_close(a[n:n + 1], b, atol=1e-5, rtol=1e-5)
         t += length
+
+
+SLEEP_CYCLES = 10**8  # ~50 ms of a GPU's clock: far longer than a call's host time
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("op", OPS_)
+def test_packed_calls_never_wait_for_the_gpu(op, reverse, scan_mode, seed):
+    """Offsets on the host cost no synchronisation: queued behind a long GPU sleep, a packed
+    fwd+bwd returns to the host long before the sleep ends (a copy of the offsets from
+    pageable memory made every packed call wait for the kernels queued before it)."""
+    import time
+
+    scan_mode("triton")
+    g = torch.Generator().manual_seed(seed)
+    xs, h0 = _packed_inputs(op, [5, 1, 300, 7], g, torch.float32)
+    cu = torch.tensor([0, 5, 6, 306, 313])
+    leaves = [x.to(DEVICE).requires_grad_() for x in (*xs, h0)]
+
+    def call():
+        h, last = _call(op, leaves[:-1], leaves[-1], cu, return_final_state=True, reverse=reverse)
+        torch.autograd.grad(h.sum() + last.sum(), leaves)
+
+    call()  # compiles
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    call()
+    host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    total = time.perf_counter() - t0
+    assert host < total / 2, f"the packed call returned after {host * 1e3:.1f} ms of {total * 1e3:.1f} ms: it waited"
