@@ -150,3 +150,29 @@ def test_call_form_table_divides_by_the_dense_call(tmp_path):
     assert f"| {op} | fwd | 1,000.0 | 1.020 | 1.200 |" in md and "| **no** |" in md
     assert f"| {op} | fwdbwd | 2,000.0 | n/a | 1.050 |" in md
     assert f"| {grid.FORM_OPS[1]} | fwd | n/a | n/a | n/a |" in md
+
+
+def test_layer_table_compares_with_compiled_plain_torch():
+    """Issue 19's table: compiled / kernel time and kernel / compiled peak per shape and dtype,
+    met only when both hold; a missing cell is n/a, never met."""
+    from benchmarks.harness import grid
+
+    shape = next(iter(grid.LAYER_SHAPES))
+    B, T, d = grid.LAYER_SHAPES[shape]
+    cells = dict(seconds={(shape, "kernel", "fp32"): 1e-3, (shape, "plain_compile", "fp32"): 2e-3,
+                          (shape, "plain_eager", "fp32"): 4e-3, (shape, "kernel", "bf16"): 1e-3,
+                          (shape, "plain_compile", "bf16"): 1.2e-3},
+                 peak_bytes={(shape, "kernel", "fp32"): 2**20, (shape, "plain_compile", "fp32"): 2**21,
+                             (shape, "kernel", "bf16"): 2**20, (shape, "plain_compile", "bf16"): 2**21})
+    rows = {(r["shape"], r["dtype"]): r for r in report.layer_rows(cells)}
+    fp32, bf16 = rows[f"({B}, {T}, {d})", "fp32"], rows[f"({B}, {T}, {d})", "bf16"]
+    assert fp32["speedup"] == pytest.approx(2.0) and fp32["memory"] == pytest.approx(0.5) and fp32["met"] is True
+    assert bf16["speedup"] == pytest.approx(1.2) and bf16["met"] is False
+    assert fp32["mtokens"] == pytest.approx(B * T / 1e-3 / 1e6) and fp32["ms"]["cudnn_gru"] is None
+    assert all(r["met"] is None for k, r in rows.items() if k[0] != f"({B}, {T}, {d})")
+    mem = dict(env=ENV, rows=[], ratios=[], layers=list(rows.values()), impls=grid.LAYER_IMPLS,
+               target=report.LAYER_TARGET)
+    md = report.render("scan_memory", mem)
+    assert f"| ({B}, {T}, {d}) | fp32 | 1.00 | 4.00 | 2.00 | n/a | " in md and "| 2.00× | 0.50× | yes |" in md
+    assert "| 1.20× | 0.50× | **no** |" in md
+    assert "Whole layers" not in report.render("scan_memory", dict(env=ENV, rows=[], ratios=[]))

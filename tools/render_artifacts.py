@@ -29,6 +29,7 @@ from benchmarks.harness.asv_results import (ResultsError, benchmarks, load_run, 
 SCANS = "bench_scans.Scans"
 PARITY = "bench_parity.Parity"
 MIXERS = "bench_mixers.MixerStep"
+LAYERS = "bench_mixers.Layers"
 PEERS = "bench_roofline.Peers"
 SCALING = "bench_roofline.Scaling"
 # the scan tables' time: device time (runs since the harness moved to benchmarks/), else the
@@ -177,6 +178,11 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     if all(v is not None for v in mixer["seconds"].values()):
         peaks_ok = all(v is not None for v in mixer["peak_bytes"].values())
         memory = report.memory_payload(env, mixer) if peaks_ok else dict(env=env, rows=[], ratios=[])
+        if f"{LAYERS}.track_step_time" in run["results"]:  # runs before the layer cells have none
+            memory.update(impls=grid.LAYER_IMPLS, target=report.LAYER_TARGET)
+            memory["layers"] = report.layer_rows({table: values(run, f"{LAYERS}.track_{track}")
+                                                  for table, track in (("seconds", "step_time"),
+                                                                       ("peak_bytes", "peak_cuda_memory"))})
         paths += report.write("scan_memory", memory, out_dir)
         if not missing:
             headline = headline_payload(env, bench, parity["rows"], memory)

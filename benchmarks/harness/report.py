@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -160,6 +161,34 @@ def memory_payload(env: dict, cells: dict) -> dict:
                            ratio=generic["peak_bytes"] / kernel["peak_bytes"],
                            speedup=generic["time_us"] / kernel["time_us"]))
     return dict(env=env, rows=rows, ratios=ratios)
+
+
+LAYER_TARGET = 1.5  # issue 19: the kernel layer trains this much faster than torch.compile of plain torch
+
+
+def layer_rows(cells: dict) -> list[dict]:
+    """Rows of scan_memory's layer table from ``suite.layer_cells`` output (keys (shape, impl,
+    dtype); a missing or n/a cell is None): each impl's step time, the kernel layer's tokens/s,
+    and issue 19's target against torch.compile of plain torch (time and peak memory)."""
+    from . import grid
+
+    rows = []
+    for shape, (B, T, d) in grid.LAYER_SHAPES.items():
+        for dtype in grid.LAYER_DTYPES:
+            def get(impl, table="seconds"):
+                v = cells[table].get((shape, impl, dtype))
+                return None if v is None or math.isnan(v) else v
+
+            kernel, compiled = get("kernel"), get("plain_compile")
+            k_peak, c_peak = get("kernel", "peak_bytes"), get("plain_compile", "peak_bytes")
+            speedup = compiled / kernel if kernel and compiled else None
+            memory = k_peak / c_peak if k_peak and c_peak else None
+            met = None if speedup is None or memory is None else speedup >= LAYER_TARGET and memory <= 1.0
+            ms = {impl: None if get(impl) is None else get(impl) * 1e3 for impl in grid.LAYER_IMPLS}
+            rows.append(dict(shape=f"({B}, {T}, {d})", dtype=dtype, ms=ms,
+                             mtokens=B * T / kernel / 1e6 if kernel else None, speedup=speedup, memory=memory,
+                             met=met))
+    return rows
 
 
 def bench_table(payload: dict) -> str:

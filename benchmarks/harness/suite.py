@@ -165,9 +165,10 @@ COMPILE_WEIGHT = 8  # a compiled cell's warm-up against an eager one's (a few s 
 REFERENCE_IMPLS = ("eager", "torch_compile")
 
 
-def _reference_cache_key(op_name: str, shape: str, impl: str, direction: str) -> str:
+def _reference_cache_key(op_name: str, shape: str, impl: str, direction: str, source=None) -> str:
     """What a reference cell's time depends on: the GPU, torch and triton, the harness's
-    method and the eager reference's own source (scankit.reference at the measured commit)."""
+    method and the reference's own source (the module ``source``; by default the eager
+    references, scankit.reference at the measured commit)."""
     import hashlib
     import inspect
 
@@ -176,7 +177,7 @@ def _reference_cache_key(op_name: str, shape: str, impl: str, direction: str) ->
 
     import scankit.reference
 
-    src = hashlib.sha256(inspect.getsource(scankit.reference).encode()).hexdigest()[:16]
+    src = hashlib.sha256(inspect.getsource(source or scankit.reference).encode()).hexdigest()[:16]
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     return "|".join((gpu, torch.__version__, triton.__version__, grid.METHOD, src, op_name, shape, impl, direction))
 
@@ -195,14 +196,14 @@ def _known_references() -> dict:
     return json.loads(path.read_text()) if path is not None and path.exists() else {}
 
 
-def _cached_reference(key: tuple, measure_fn) -> dict:
+def _cached_reference(key: tuple, measure_fn, source=None) -> dict:
     """A reference cell from the machine's cache, else measured now and added to it: they
     measure torch and the host, not the commit, so every commit's result carries the same
-    numbers and none of them is re-measured per commit."""
+    numbers and none of them is re-measured per commit (``source``: _reference_cache_key's)."""
     path = _reference_cache()
     if path is None:
         return measure_fn()
-    name = _reference_cache_key(*key)
+    name = _reference_cache_key(*key, source=source)
     known = _known_references()
     if name not in known:
         known[name] = measure_fn()
@@ -580,6 +581,48 @@ def mixer_cells() -> dict:
             else:
                 seconds[shape, path], peak[shape, path] = measure.median_of(measure.device_time(fn)), measure.peak_bytes(fn)
     return dict(seconds=seconds, peak_bytes=peak)
+
+
+def layer_cells() -> dict:
+    """Seconds and peak bytes of one training step of each layer, shape and dtype
+    (grid.LAYER_*; benchmarks.harness.layers): the kernel layer measured at this commit, the
+    plain-torch and cuDNN layers looked up in the machine's reference cache (measured once per
+    machine and torch, keyed by the layers module's source). A CPU smoke run: tiny dims, fp32,
+    seconds only, no torch.compile."""
+    import torch
+
+    from . import layers, measure
+
+    dev = device()
+    out = dict(seconds={}, peak_bytes={}, skipped={}, failed={})
+    for shape, (B, T, d) in grid.LAYER_SHAPES.items():
+        if dev == "cpu":
+            B, T, d = 2, 7, 8
+        for impl in grid.LAYER_IMPLS:
+            for dtype in grid.LAYER_DTYPES:
+                key = (shape, impl, dtype)
+                if dev == "cpu" and (impl == "plain_compile" or dtype == "bf16"):
+                    out["skipped"][key] = "smoke run on the CPU"
+                    continue
+
+                def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d):
+                    fn = layers.train_step(impl, B, T, d, dtype, dev)
+                    if dev == "cpu":
+                        return dict(seconds=_cpu_seconds(fn), peak_bytes=None)
+                    cell = dict(seconds=measure.median_of(measure.device_time(fn)), peak_bytes=measure.peak_bytes(fn))
+                    del fn
+                    torch.cuda.empty_cache()
+                    return cell
+
+                if impl == "kernel":
+                    with measure.scan_mode(measure._kernel_mode(dev)):
+                        cell = failing(out, key, measure_it)
+                else:
+                    cell = failing(out, key, lambda: _cached_reference(("layer:MinGRU", shape, impl, dtype), measure_it,
+                                                                       source=layers))
+                if cell is not None:
+                    out["seconds"][key], out["peak_bytes"][key] = cell["seconds"], cell["peak_bytes"]
+    return out
 
 
 class IsolatedWorker:

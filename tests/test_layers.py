@@ -1,0 +1,87 @@
+"""The layer benchmark's pieces (issue 19; benchmarks.harness.layers): the plain-torch minGRU
+is the same layer as scankit.MinGRU (against a float64 loop over time, outputs and gradients),
+every impl's training step yields the input's and every weight's gradient, and the suite's
+layer cells measure or skip every cell with a reason."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import scankit
+from benchmarks.harness import grid, layers
+from scankit.mixers import log_g
+
+
+def _loop(module, x):
+    """scankit.MinGRU's recurrence, sequentially in float64 from the module's weights:
+    h_t = (1 - z_t) h_{t-1} + z_t g(pre_h_t), z = sigmoid(k), h_0 = 0.5."""
+    k, pre_h = F.linear(x.double(), module.to_gate_hidden.weight.double(),
+                        module.to_gate_hidden.bias.double()).chunk(2, dim=-1)
+    z, g = torch.sigmoid(k), log_g(pre_h).exp()
+    h, hs = torch.full_like(k[:, 0], 0.5), []
+    for t in range(x.shape[1]):
+        h = (1 - z[:, t]) * h + z[:, t] * g[:, t]
+        hs.append(h)
+    return torch.stack(hs, 1)
+
+
+@pytest.mark.parametrize("T", [1, 13, 257])
+def test_plain_mingru_is_scankits_layer(T, seed, scan_mode):
+    scan_mode("eager")
+    torch.manual_seed(seed)
+    plain, ours = layers.PlainMinGRU(5, 6).double(), scankit.MinGRU(5, 6).double()
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(3, T, 5, dtype=torch.float64, requires_grad=True)
+    want = _loop(plain, x)
+    for module in (plain, ours):
+        got = module(x)
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+        w = torch.randn_like(want)
+        leaves = [x, *module.parameters()]
+        grads = torch.autograd.grad((got * w).sum(), leaves)
+        wants = torch.autograd.grad((_loop(module, x) * w).sum(), leaves)
+        for g, g_want in zip(grads, wants):
+            torch.testing.assert_close(g, g_want, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("impl", [i for i in grid.LAYER_IMPLS if i != "plain_compile"])
+def test_every_layer_step_gives_input_and_weight_grads(impl, scan_mode):
+    """The timed step: grads of x and of every parameter, finite; the kernel layer and the
+    plain layer, built with the same seed, have the same weights and the same grads."""
+    scan_mode("triton" if impl == "kernel" else "eager")
+    step = layers.train_step(impl, B=2, T=13, d=4, dtype="fp32", device="cpu")
+    grads = step()
+    module = layers.layer(impl, 4)
+    assert len(grads) == 1 + len(list(module.parameters()))
+    assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
+    if impl == "kernel":
+        plain = layers.train_step("plain_eager", B=2, T=13, d=4, dtype="fp32", device="cpu")()
+        for g, g_plain in zip(grads, plain):
+            torch.testing.assert_close(g, g_plain, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_layer_arguments_are_named():
+    with pytest.raises(ValueError, match="impl must be one of kernel, plain_eager, plain_compile, cudnn_gru; got 'gru'"):
+        layers.layer("gru", 4)
+    with pytest.raises(ValueError, match="dtype must be one of fp32, bf16; got 'fp16'"):
+        layers.train_step("plain_eager", 2, 3, 4, "fp16", device="cpu")
+
+
+def test_layer_cells_measure_or_skip_every_cell(monkeypatch):
+    """A CPU smoke run: fp32 cells of every impl but torch.compile are measured (seconds > 0),
+    the rest skipped with the reason; none fails."""
+    from benchmarks.harness import suite
+
+    monkeypatch.setenv("SCANKIT_BENCH_SMOKE", "1")
+    monkeypatch.setattr(grid, "LAYER_SHAPES", dict(list(grid.LAYER_SHAPES.items())[:1]))
+    cells = suite.layer_cells()
+    assert not cells["failed"], cells["failed"]
+    shape = next(iter(grid.LAYER_SHAPES))
+    for impl in grid.LAYER_IMPLS:
+        for dtype in grid.LAYER_DTYPES:
+            key = (shape, impl, dtype)
+            if impl == "plain_compile" or dtype == "bf16":
+                assert cells["skipped"][key] == "smoke run on the CPU"
+            else:
+                assert cells["seconds"][key] > 0 and not math.isnan(cells["seconds"][key])
