@@ -70,7 +70,8 @@ class References(Scans):
 
 class CallForms:
     """Each op's state form at one packed-size shape (grid.FORMS_SHAPE), triton: the dense call
-    beside ``reverse=True`` and ``cu_seqlens=`` (grid.PACKED_SEQUENCES sequences), device time."""
+    beside ``reverse=True``, ``cu_seqlens=`` (grid.PACKED_SEQUENCES sequences), the inputs stored
+    time-last (``dim=2``) and the packed sequences looped over one call each; device time."""
     params = [list(grid.FORM_OPS), list(grid.FORMS), list(grid.DIRECTIONS)]
     param_names = ["op", "form", "direction"]
     timeout = 1800

@@ -39,9 +39,10 @@ SCALING_B, SCALING_D = 1, 1024
 DIRECTIONS = ("fwd", "fwdbwd")
 # Call forms (benchmarks.bench_scans.CallForms): each op's state form at one packed-size shape,
 # dense beside reverse=True and cu_seqlens= (PACKED_SEQUENCES sequences of seeded random lengths
-# 1 .. 2 * FORMS_SHAPE.T / PACKED_SEQUENCES summing to T), triton, device time
+# 1 .. 2 * FORMS_SHAPE.T / PACKED_SEQUENCES summing to T), the inputs stored time-last (dim=2),
+# and the packed sequences looped over one call each; triton, device time
 FORM_OPS = ("parallel_scan_log", STATE_OP, "matrix_scan", "matrix_affine_scan")
-FORMS = ("dense", "reverse", "packed")
+FORMS = ("dense", "reverse", "packed", "time_last", "looped")
 FORMS_SHAPE = Shape("forms", B=1, T=2 ** 18, D=256, d=64)
 PACKED_SEQUENCES = 64
 # The page this project grew from (shared seed, "Run the benchmarks"): Triton fwd+bwd speedup

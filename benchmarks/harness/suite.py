@@ -341,8 +341,11 @@ def packed_lengths(T: int, n: int, seed: int = 0) -> list[int]:
 
 
 def _form_workload(op_name: str, form: str, direction: str, dims: dict, dev: str):
-    """The triton state-form call of ``op_name`` in ``form`` (dense, reverse=True, cu_seqlens=)
-    on seeded inputs at ``dims``, as ``measure.callable_workload`` runs it."""
+    """The triton state-form call of ``op_name`` in ``form`` (grid.FORMS) on seeded inputs at
+    ``dims``, as ``measure.callable_workload`` runs it: dense; ``reverse=True``; packed
+    (``cu_seqlens=``, h_0 = 0); ``time_last``: the inputs stored with time at dim 2 (after the
+    batch and D, or after the block ops' n: (B, D, T), (B, n, T, k, k)), called with ``dim=2``;
+    ``looped``: the packed call's sequences one call each, as a caller without cu_seqlens does."""
     import torch
 
     import scankit
@@ -352,19 +355,38 @@ def _form_workload(op_name: str, form: str, direction: str, dims: dict, dev: str
 
     xs = OPS[op_name].inputs(dims, device=dev, requires_grad=direction == "fwdbwd")
     kwargs = dict(reverse=True) if form == "reverse" else {}
-    if form == "packed":
-        bounds = [0]
+    time = 1
+    if form == "time_last":
+        xs = [x.detach().movedim(1, 2).contiguous().requires_grad_(x.requires_grad) for x in xs]
+        time = kwargs["dim"] = 2
+    bounds = [0]
+    if form in ("packed", "looped"):
         for n in packed_lengths(dims["T"], grid.PACKED_SEQUENCES if dev == "cuda" else 3):
             bounds.append(bounds[-1] + n)
+    if form == "packed":
         kwargs = dict(cu_seqlens=torch.tensor(bounds))  # on the host: no synchronisation per call
+
+    def at(x, lo, hi):  # steps lo .. hi - 1 along time
+        return x.narrow(time, lo, hi - lo)
+
     if op_name == "parallel_scan_log":
+        def one(lc, lv, log_h0, **kw):
+            return scankit.parallel_scan_log(lc, lv, log_h0=log_h0, **kw)
+
         def call(lc, lv):
-            return scankit.parallel_scan_log(lc, lv[:, 1:], log_h0=None if form == "packed" else lv[:, 0], **kwargs)
+            T = lc.shape[time]
+            if form == "looped":  # h_0 = 0 as packed: log h_0 = -inf
+                zero = torch.full_like(lv.select(time, 0), float("-inf"))
+                return tuple(one(at(lc, lo, hi), at(lv, lo + 1, hi + 1), zero) for lo, hi in zip(bounds, bounds[1:]))
+            return one(lc, at(lv, 1, T + 1), None if form == "packed" else lv.select(time, 0), **kwargs)
     else:
-        public = OPS[op_name].public
+        public = getattr(scankit, OPS[op_name].public)
 
         def call(a, b):
-            return getattr(scankit, public)(a, b, return_prefix=False, **kwargs)
+            if form == "looped":
+                return tuple(public(at(a, lo, hi), at(b, lo, hi), return_prefix=False)
+                             for lo, hi in zip(bounds, bounds[1:]))
+            return public(a, b, return_prefix=False, **kwargs)
     return measure.callable_workload(call, xs, direction)
 
 
