@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections lookback swing timing matrix2 chunking affine elementwise peers scaling host] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -277,8 +277,113 @@ def host_profile(budget, log):
         log(dict(section="host", op=op, us=us, host_us=host_us, kernels=kernels, profile=text.getvalue()[-3500:]))
 
 
+# Issue 16's cells: linear_scan_state at its five (B, T, D), fp32 (and bf16 at the first), the
+# prefix form and the log op at two of them; device time (the tracker's), each checked against
+# the first configuration's outputs / grads, accelerated-scan on its (B, D, T) layout beside.
+ROOFLINE_CELLS = {
+    "wide": [("linear_scan_state", (32, 4096, 1024)), ("linear_scan", (32, 4096, 1024)),
+             ("parallel_scan_log", (32, 4096, 1024))],
+    "narrow": [("linear_scan_state", (1, 65536, 1024)), ("linear_scan_state", (1, 2 ** 20, 1024)),
+               ("linear_scan_state", (16, 2048, 512)), ("linear_scan_state", (8, 512, 256)),
+               ("linear_scan", (1, 65536, 1024)), ("parallel_scan_log", (1, 65536, 1024))],
+}
+# (name, cell classes, knob updates: ELEMENTWISE_TILES, PROGRAMS_PER_SM["elementwise"], LOOKBACK,
+# ELEMENTWISE_STAGES): tiles with every lane along D keep the T-scan in one thread (no shuffles,
+# no barriers: compile_for_gpu's ttgir); one warp per 128 columns of 4-wide loads.
+ROOFLINE_CONFIGS = [
+    ("main", ("wide", "narrow"), {}),
+    ("walk16x128w1", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (16, 128, 1)}, per_sm=1)),
+    ("lb16x128w1win2", ("narrow",), dict(lookback=dict(tile=(16, 128, 1), window=2))),
+    ("lb8x128w1win4", ("narrow",), dict(lookback=dict(tile=(8, 128, 1), window=4))),
+    ("walk8x128w1", ("wide",), dict(tiles={"linear": (8, 128, 1), "log": (8, 128, 1)}, per_sm=1)),
+    ("walk16x256w2", ("wide",), dict(tiles={"linear": (16, 256, 2), "log": (8, 256, 2)}, per_sm=0.5)),
+    ("lb16x256w2win2", ("narrow",), dict(lookback=dict(tile=(16, 256, 2), window=2))),
+    ("lb64x32w1win8", ("narrow",), dict(lookback=dict(tile=(64, 32, 1), window=8))),
+    ("walk16x128w1s3", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (8, 128, 1)}, per_sm=1,
+                                        stages={("linear", "fwd"): 3, ("log", "fwd"): 3})),
+    ("lb128x32w4win4", ("narrow",), dict(lookback=dict(tile=(128, 32, 4), window=4))),
+    ("walk16x128w1s1", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (8, 128, 1)}, per_sm=1,
+                                        stages=dict.fromkeys(common.ELEMENTWISE_STAGES, 1))),
+]
+
+
+def _device_us(op, dims, direction, reference, key, dtype=torch.float32):
+    """(median device-time us, max relative difference against ``reference[key]``) of one cell."""
+    B, T, D = dims
+    xs = OPS[op].inputs(dict(B=B, T=T, D=D), device="cuda", dtype=dtype, requires_grad=direction == "fwdbwd")
+    fn = measure.workload(op, "triton", direction, xs)
+    result = [t.detach().float().clone() for t in _flat(fn())]
+    err = None
+    if key in reference:
+        err = max(((r - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
+                  for r, q in zip(result, reference[key]))
+    else:
+        reference[key] = result
+    us = 1e6 * measure.median_of(measure.device_time(fn))
+    del xs, fn, result
+    torch.cuda.empty_cache()
+    return us, err
+
+
+def _state_bytes(op, dims, direction, dtype):
+    B, T, D = dims
+    n = B * T * D * (2 if dtype == torch.bfloat16 else 4)
+    outs = 2 if op == "linear_scan" else 1
+    # cases.bytes_moved's model: fwd reads a, b and writes the outputs; fwd+bwd adds grad-outs,
+    # inputs and outputs read and the input grads written
+    return n * (2 + outs) if direction == "fwd" else n * (6 + 3 * outs)
+
+
+def roofline_sweep(budget, log):
+    """Issue 16: elementwise tile geometries (ROOFLINE_CONFIGS) over its cells, and
+    accelerated-scan on its native layout at the same cells, in one process."""
+    from benchmarks.harness import peers
+
+    copy = measure.copy_bandwidth()
+    reference = {}
+    if peers.unavailable("accelerated_scan_native") is None:
+        for op, dims in ROOFLINE_CELLS["wide"][:1] + ROOFLINE_CELLS["narrow"][:4]:
+            for dtype in (torch.float32, torch.bfloat16) if dims == (32, 4096, 1024) else (torch.float32,):
+                for direction in ("fwd", "fwdbwd"):
+                    if time.time() - START > budget:
+                        return
+                    B, T, D = dims
+                    a, b = OPS[op].inputs(dict(B=B, T=T, D=D), device="cuda", dtype=dtype,
+                                          requires_grad=direction == "fwdbwd")
+                    run, args = peers.peer_fn("accelerated_scan_native", a, b)
+                    us = 1e6 * measure.median_of(measure.device_time(measure.callable_workload(run, args, direction)))
+                    moved = _state_bytes(op, dims, direction, dtype)
+                    log(dict(section="roofline", config="accelerated_scan_native", op=op, dims=dims,
+                             dtype=str(dtype)[6:], direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy))
+                    del a, b, run, args
+                    torch.cuda.empty_cache()
+    for name, classes, upd in ROOFLINE_CONFIGS:
+        with knobs(common.ELEMENTWISE_TILES, common.PROGRAMS_PER_SM, common.LOOKBACK, common.ELEMENTWISE_STAGES):
+            common.ELEMENTWISE_TILES.update(upd.get("tiles", {}))
+            common.PROGRAMS_PER_SM["elementwise"] = upd.get("per_sm", common.PROGRAMS_PER_SM["elementwise"])
+            common.LOOKBACK.update(upd.get("lookback", {}))
+            common.ELEMENTWISE_STAGES.update(upd.get("stages", {}))
+            for cls in classes:
+                for op, dims in ROOFLINE_CELLS[cls]:
+                    dtypes = (torch.float32, torch.bfloat16) if (op, dims) == ROOFLINE_CELLS["wide"][0] else (torch.float32,)
+                    for dtype in dtypes:
+                        for direction in ("fwd", "fwdbwd"):
+                            if time.time() - START > budget:
+                                return
+                            try:
+                                us, err = _device_us(op, dims, direction, reference, (op, dims, direction, dtype), dtype)
+                            except Exception as exc:  # a configuration that fails to compile or run
+                                log(dict(section="roofline", config=name, op=op, dims=dims, direction=direction,
+                                         error=f"{type(exc).__name__}: {exc}"[:300]))
+                                torch.cuda.empty_cache()
+                                continue
+                            moved = _state_bytes(op, dims, direction, dtype)
+                            log(dict(section="roofline", config=name, op=op, dims=dims, dtype=str(dtype)[6:],
+                                     direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
+
+
 SECTIONS = dict(lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
-                elementwise=elementwise_sweep)
+                elementwise=elementwise_sweep, roofline=roofline_sweep)
 
 
 def main():
