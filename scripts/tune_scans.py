@@ -293,17 +293,16 @@ ROOFLINE_CELLS = {
 ROOFLINE_CONFIGS = [
     ("main", ("wide", "narrow"), {}),
     ("walk16x128w1", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (16, 128, 1)}, per_sm=1)),
+    ("lb8x128w1win2", ("narrow",), dict(lookback=dict(tile=(8, 128, 1), window=2))),
     ("lb16x128w1win2", ("narrow",), dict(lookback=dict(tile=(16, 128, 1), window=2))),
-    ("lb8x128w1win4", ("narrow",), dict(lookback=dict(tile=(8, 128, 1), window=4))),
     ("walk8x128w1", ("wide",), dict(tiles={"linear": (8, 128, 1), "log": (8, 128, 1)}, per_sm=1)),
+    ("lb8x128w1win1", ("narrow",), dict(lookback=dict(tile=(8, 128, 1), window=1))),
+    ("lb8x128w1win4", ("narrow",), dict(lookback=dict(tile=(8, 128, 1), window=4))),
     ("walk16x256w2", ("wide",), dict(tiles={"linear": (16, 256, 2), "log": (8, 256, 2)}, per_sm=0.5)),
-    ("lb16x256w2win2", ("narrow",), dict(lookback=dict(tile=(16, 256, 2), window=2))),
-    ("lb64x32w1win8", ("narrow",), dict(lookback=dict(tile=(64, 32, 1), window=8))),
+    ("lb16x128w1win1", ("narrow",), dict(lookback=dict(tile=(16, 128, 1), window=1))),
     ("walk16x128w1s3", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (8, 128, 1)}, per_sm=1,
                                         stages={("linear", "fwd"): 3, ("log", "fwd"): 3})),
     ("lb128x32w4win4", ("narrow",), dict(lookback=dict(tile=(128, 32, 4), window=4))),
-    ("walk16x128w1s1", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (8, 128, 1)}, per_sm=1,
-                                        stages=dict.fromkeys(common.ELEMENTWISE_STAGES, 1))),
 ]
 
 
