@@ -280,17 +280,21 @@ def host_profile(budget, log):
 # Issue 16's cells: linear_scan_state at its five (B, T, D), fp32 (and bf16 at the first), the
 # prefix form and the log op at two of them; device time (the tracker's), each checked against
 # the first configuration's outputs / grads, accelerated-scan on its (B, D, T) layout beside.
+# Round 1 (experiments/logs/2026-12-03-h200-s16-call1-roofline.*) swept walking and look-back
+# tiles over "wide" and "narrow"; round 2 (the default) the walking / look-back crossover over B
+# ("crossover", "odd"), look-back windows of multi-warp tiles, bf16 and pipelining depths.
 ROOFLINE_CELLS = {
     "wide": [("linear_scan_state", (32, 4096, 1024)), ("linear_scan", (32, 4096, 1024)),
              ("parallel_scan_log", (32, 4096, 1024))],
     "narrow": [("linear_scan_state", (1, 65536, 1024)), ("linear_scan_state", (1, 2 ** 20, 1024)),
                ("linear_scan_state", (16, 2048, 512)), ("linear_scan_state", (8, 512, 256)),
                ("linear_scan", (1, 65536, 1024)), ("parallel_scan_log", (1, 65536, 1024))],
+    "crossover": [("linear_scan_state", (B, 4096, 1024)) for B in (8, 16, 24, 48, 64)],
+    "odd": [("linear_scan_state", (32, 4096, 768)), ("linear_scan_state", (5, 7777, 3000)),
+            ("linear_scan_state", (2, 65536, 1024))],
+    "bf16": [("linear_scan_state", (32, 4096, 1024))],
 }
-# (name, cell classes, knob updates: ELEMENTWISE_TILES, PROGRAMS_PER_SM["elementwise"], LOOKBACK,
-# ELEMENTWISE_STAGES): tiles with every lane along D keep the T-scan in one thread (no shuffles,
-# no barriers: compile_for_gpu's ttgir); one warp per 128 columns of 4-wide loads.
-ROOFLINE_CONFIGS = [
+ROUND1 = [
     ("main", ("wide", "narrow"), {}),
     ("walk16x128w1", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (16, 128, 1)}, per_sm=1)),
     ("lb8x128w1win2", ("narrow",), dict(lookback=dict(tile=(8, 128, 1), window=2))),
@@ -303,6 +307,25 @@ ROOFLINE_CONFIGS = [
     ("walk16x128w1s3", ("wide",), dict(tiles={"linear": (16, 128, 1), "log": (8, 128, 1)}, per_sm=1,
                                         stages={("linear", "fwd"): 3, ("log", "fwd"): 3})),
     ("lb128x32w4win4", ("narrow",), dict(lookback=dict(tile=(128, 32, 4), window=4))),
+]
+# (name, cell classes, knob updates: ELEMENTWISE_TILES, PROGRAMS_PER_SM["elementwise"], LOOKBACK,
+# ELEMENTWISE_STAGES). Round 1: tiles with every lane along D keep the T-scan in one thread (no
+# shuffles, no barriers: compile_for_gpu's ttgir), one warp per 128 columns of 4-wide loads;
+# they need software pipelining (3 stages: large state fwd 650 -> 401 us) and lose as look-back
+# tiles (one per program: 4-8x the tickets); smaller look-back windows won (16 -> 4).
+WALK = dict(tiles={"linear": (16, 128, 1)}, per_sm=0.01, stages={("linear", "fwd"): 3, ("linear", "bwd"): 3})
+ROOFLINE_CONFIGS = [
+    ("main", ("crossover", "odd", "narrow"), dict(lookback=dict(window=4))),
+    ("walk16x128s3", ("crossover", "odd", "bf16"), WALK),
+    ("lb128x32w4win2", ("narrow",), dict(lookback=dict(tile=(128, 32, 4), window=2))),
+    ("lb128x32w4win1", ("narrow",), dict(lookback=dict(tile=(128, 32, 4), window=1))),
+    ("lb256x32w8win2", ("narrow",), dict(lookback=dict(tile=(256, 32, 8), window=2))),
+    ("lb64x32w4win2", ("narrow",), dict(lookback=dict(tile=(64, 32, 4), window=2))),
+    ("walk16x256s3", ("bf16", "odd"), dict(WALK, tiles={"linear": (16, 256, 1)})),
+    ("walk16x128s4", ("bf16", "crossover"), dict(WALK, stages={("linear", "fwd"): 4, ("linear", "bwd"): 4})),
+    ("walk16x128s2", ("bf16",), dict(WALK, stages={("linear", "fwd"): 2, ("linear", "bwd"): 2})),
+    ("lb256x32w8win4", ("narrow",), dict(lookback=dict(tile=(256, 32, 8), window=4))),
+    ("walk8x256s3", ("bf16",), dict(WALK, tiles={"linear": (8, 256, 1)})),
 ]
 
 
@@ -340,7 +363,7 @@ def roofline_sweep(budget, log):
 
     copy = measure.copy_bandwidth()
     reference = {}
-    if peers.unavailable("accelerated_scan_native") is None:
+    if peers.unavailable("accelerated_scan_native") is None and ROOFLINE_CONFIGS is ROUND1:
         for op, dims in ROOFLINE_CELLS["wide"][:1] + ROOFLINE_CELLS["narrow"][:4]:
             for dtype in (torch.float32, torch.bfloat16) if dims == (32, 4096, 1024) else (torch.float32,):
                 for direction in ("fwd", "fwdbwd"):
@@ -364,7 +387,8 @@ def roofline_sweep(budget, log):
             common.ELEMENTWISE_STAGES.update(upd.get("stages", {}))
             for cls in classes:
                 for op, dims in ROOFLINE_CELLS[cls]:
-                    dtypes = (torch.float32, torch.bfloat16) if (op, dims) == ROOFLINE_CELLS["wide"][0] else (torch.float32,)
+                    dtypes = ((torch.bfloat16,) if cls == "bf16" else (torch.float32, torch.bfloat16)
+                              if (cls, op, dims) == ("wide",) + ROOFLINE_CELLS["wide"][0] else (torch.float32,))
                     for dtype in dtypes:
                         for direction in ("fwd", "fwdbwd"):
                             if time.time() - START > budget:
