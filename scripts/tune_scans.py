@@ -282,7 +282,8 @@ def host_profile(budget, log):
 # the first configuration's outputs / grads, accelerated-scan on its (B, D, T) layout beside.
 # Round 1 (experiments/logs/2026-12-03-h200-s16-call1-roofline.*) swept walking and look-back
 # tiles over "wide" and "narrow"; round 2 (the default) the walking / look-back crossover over B
-# ("crossover", "odd"), look-back windows of multi-warp tiles, bf16 and pipelining depths.
+# ("crossover", "odd"), look-back windows of multi-warp tiles, bf16 and pipelining depths
+# (experiments/logs/2026-12-03-h200-s16-call2-roofline.*).
 ROOFLINE_CELLS = {
     "wide": [("linear_scan_state", (32, 4096, 1024)), ("linear_scan", (32, 4096, 1024)),
              ("parallel_scan_log", (32, 4096, 1024))],
@@ -314,7 +315,7 @@ ROUND1 = [
 # they need software pipelining (3 stages: large state fwd 650 -> 401 us) and lose as look-back
 # tiles (one per program: 4-8x the tickets); smaller look-back windows won (16 -> 4).
 WALK = dict(tiles={"linear": (16, 128, 1)}, per_sm=0.01, stages={("linear", "fwd"): 3, ("linear", "bwd"): 3})
-ROOFLINE_CONFIGS = [
+ROUND2 = [
     ("main", ("crossover", "odd", "narrow"), dict(lookback=dict(window=4))),
     ("walk16x128s3", ("crossover", "odd", "bf16"), WALK),
     ("lb128x32w4win2", ("narrow",), dict(lookback=dict(tile=(128, 32, 4), window=2))),
@@ -327,6 +328,10 @@ ROOFLINE_CONFIGS = [
     ("lb256x32w8win4", ("narrow",), dict(lookback=dict(tile=(256, 32, 8), window=4))),
     ("walk8x256s3", ("bf16",), dict(WALK, tiles={"linear": (8, 256, 1)})),
 ]
+# Round 3 (the default): the adopted configuration (common.IN_THREAD walking, look-back window 1)
+# over every class, accelerated-scan beside at issue 16's shapes.
+ROOFLINE_CONFIGS = [("main", ("wide", "narrow", "crossover", "odd"), {})]
+ROOFLINE_PEERS = True
 
 
 def _device_us(op, dims, direction, reference, key, dtype=torch.float32):
@@ -363,7 +368,7 @@ def roofline_sweep(budget, log):
 
     copy = measure.copy_bandwidth()
     reference = {}
-    if peers.unavailable("accelerated_scan_native") is None and ROOFLINE_CONFIGS is ROUND1:
+    if peers.unavailable("accelerated_scan_native") is None and ROOFLINE_PEERS:
         for op, dims in ROOFLINE_CELLS["wide"][:1] + ROOFLINE_CELLS["narrow"][:4]:
             for dtype in (torch.float32, torch.bfloat16) if dims == (32, 4096, 1024) else (torch.float32,):
                 for direction in ("fwd", "fwdbwd"):

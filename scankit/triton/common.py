@@ -78,6 +78,35 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
     return ELEMENTWISE_TILES["log" if log else "linear"] if on_gpu(device) else (16, 32, 1)
 
 
+# The linear recurrence's walking tile on the GPU where every row is 16-byte aligned: one warp
+# per 128 columns, each lane 4 adjacent columns of every row, so the tile's T-scan and its
+# carry stay in one thread (no shuffles, no barriers: the (64, 32, 4) tiles cross 4 lanes and 4
+# warps), 16-byte loads, and the tile loop software-pipelined ("stages" per pass: without it
+# the large state fwd took 650 us, with 3 stages 401). It walks where B x D/128 programs reach
+# "programs_per_sm" x SMs, per pass; fewer go to the look-back tiles. H200 sweeps
+# (tune_scans --sections roofline, NOTES.md session 16): large state fwd 482 -> 401 us (95% of
+# copy), fwd+bwd 1257 -> 1107; at (B, 4096, 1024) the forward walks faster from B = 8 (64
+# programs) on, the backward from B = 24 (192; at 128 the look-back's was 593 against 421 us).
+# Not the log op: with its exps the one-warp walk is issue-bound (large fwd 496 -> 963 us).
+IN_THREAD = {"tile": (16, 128, 1), "stages": {"fwd": 4, "bwd": 3}, "programs_per_sm": {"fwd": 0.45, "bwd": 1.25}}
+ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
+
+
+def in_thread_walk(device: torch.device, B: int, D: int, pass_: str, *tensors) -> bool:
+    """Whether a linear recurrence over (B, T, D) ``tensors`` (None skipped) walks in the
+    in-thread tiles (``IN_THREAD``): on the GPU, with enough programs for the pass, D at least one
+    tile wide (narrower, lanes would idle: those shapes keep their measured tiles), D and every
+    tensor's time and batch strides and storage offset multiples of ALIGN with unit D stride (else
+    the loads and the column mask cannot be 16 bytes wide). Shapes and strides only: fake tensors
+    (torch.compile) too."""
+    block_d = IN_THREAD["tile"][1]
+    if not on_gpu(device) or D % ALIGN or D < block_d or B * cdiv(D, block_d) < target_programs(
+            device, per_sm=IN_THREAD["programs_per_sm"][pass_]):
+        return False
+    return all(x.stride(2) == 1 and x.stride(0) % ALIGN == 0 and x.stride(1) % ALIGN == 0
+               and x.storage_offset() % ALIGN == 0 for x in tensors if x is not None)
+
+
 def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, family: str = "elementwise",
                per_sm: Optional[int] = None) -> int:
     """How many T-chunks so that programs x chunks fills the device (chunks >= 2 x min_chunk
@@ -99,7 +128,9 @@ def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, fami
 # it fills the GPU (large: 918 against 510 us), win where it would chunk (longT, vlong, B = 1)
 # with (128, 32, 4) tiles (state vlong fwd 563 -> 433 us). The log op, with its exps (and
 # its state carried in log space), stays on the chunked passes.
-LOOKBACK = {"linear": "chunked", "tile": (128, 32, 4), "window": 16, "prefix_every": 1}
+# Session 16's sweeps: one-warp look-back tiles lose (4-8x the tickets and look-backs), and a
+# window of 1 beats 16 (vlong state fwd 421 -> 327 us, fwd+bwd 949 -> 767; 2 and 4 in between).
+LOOKBACK = {"linear": "chunked", "tile": (128, 32, 4), "window": 1, "prefix_every": 1}
 
 
 def use_lookback(chunks: int) -> bool:

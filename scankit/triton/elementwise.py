@@ -680,14 +680,19 @@ def _h0_strides(h0):
     return (h0.stride(0), h0.stride(1)) if h0 is not None else (0, 0)
 
 
-def _geometry(a, log: bool):
-    """(BLOCK_T, BLOCK_D, warps, chunks, chunk length) for (B, T, D) inputs ``a``: enough
-    T-chunks to fill the device; chunks a whole number of tiles long."""
+def _geometry(a, log: bool, pass_: str, *rows):
+    """(BLOCK_T, BLOCK_D, warps, pipelining stages, chunks, chunk length) for (B, T, D) inputs
+    ``a`` in pass ``pass_`` ("fwd" / "bwd") over the tensors ``rows`` it reads and writes: the
+    in-thread walking tiles where they apply (``common.in_thread_walk``), else enough T-chunks of
+    the family's tiles to fill the device; chunks a whole number of tiles long."""
     B, T, D = a.shape
+    if not log and common.in_thread_walk(a.device, B, D, pass_, *rows):
+        block_t, block_d, warps = common.IN_THREAD["tile"]
+        return block_t, block_d, warps, common.IN_THREAD["stages"][pass_], 1, cdiv(T, block_t) * block_t
     block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device)
     chunk = cdiv(cdiv(T, nc), block_t) * block_t
-    return block_t, block_d, warps, cdiv(T, chunk), chunk
+    return block_t, block_d, warps, common.stages(log, pass_), cdiv(T, chunk), chunk
 
 
 def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=None):
@@ -701,7 +706,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     if out_h.numel() == 0:
         return (out_a if write_a else None), out_h
-    block_t, block_d, warps, nc, chunk = _geometry(a, log)
+    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out_h, out_a)
     if not log and common.use_lookback(nc):
         _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h, reset),
                          (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a,
@@ -709,11 +714,11 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
-        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps), reverse, reset)
+        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps, stages), reverse, reset)
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=common.stages(log, "fwd"), REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
+                STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
         common.launch(_log_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_h, reset, T, D, nc, chunk, B_nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
@@ -742,12 +747,12 @@ def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset):
     """Each chunk's summary (B, nc, D) x 2 from one pass: (product of a, state from zero),
     the log op's as (sum of log a, log state from zero); the main pass folds them."""
     B, T, D = a.shape
-    block_t, block_d, warps = tile
+    block_t, block_d, warps, stages = tile
     sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
     sum_h = torch.empty_like(sum_a)
     grid = (B * nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=common.stages(log, "fwd"), REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
+                STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
         common.launch(_log_fwd_kernel, grid, a, b, h0, sum_a, sum_h, None, reset, T, D, nc, chunk, B * nc,
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
@@ -769,7 +774,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, re
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if h0 is not None else None
     if da.numel() == 0:
         return da, db.zero_(), (dh0.zero_() if dh0 is not None else None)
-    block_t, block_d, warps, nc, chunk = _geometry(a, log)
+    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", a, gh, ga, hout, aout, da, db)
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
         _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, h0, gh, ga, hout, aout),
                          (da, db, dh0, reset), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None,
@@ -778,7 +783,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, re
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     consts = dict(I64=needs_int64(a, b, gh, hout), BLOCK_T=block_t, BLOCK_D=block_d,
-                  STAGES=common.stages(log, "bwd"), REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
+                  STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
         kernel, before, after = _log_bwd_kernel, (a, b, h0, gh, hout), (da, db, dh0)
         args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))

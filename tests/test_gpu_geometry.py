@@ -1,0 +1,149 @@
+"""The elementwise kernels with the GPU's launch configuration (tiles, warps, pipelining, look-back
+window, walking or look-back by program count), on a pretend 4-SM GPU: through the interpreter
+on the CPU, on the real device on a GPU. The in-thread walking tiles (``common.IN_THREAD``: one
+warp, 128 columns, the T-scan in one thread) and the look-back tiles against the float64 loop,
+forward and gradients, with h0, reversed and packed, on odd T and partly masked column tiles."""
+import pytest
+import torch
+
+from benchmarks.harness.cases import OPS
+from oracles import affine_loop
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SMS = 4  # in-thread walking from 0.45 x 4 = 1.8 programs forward, 1.25 x 4 = 5 backward
+
+
+@pytest.fixture
+def gpu_config(monkeypatch):
+    """Launches as on a GPU of SMS multiprocessors; returns the list of (kernel, meta) launched."""
+    from scankit.triton import common
+
+    monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    monkeypatch.setattr(common, "_sm_count", lambda index: SMS)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    seen = []
+    launch = common.launch
+
+    def recording(kernel, grid, *args, **meta):
+        seen.append((kernel.fn.__name__, dict(meta)))
+        return launch(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(common, "launch", recording)
+    return seen
+
+
+def _walked(seen, name):
+    from scankit.triton import common
+
+    block_t, block_d, warps = common.IN_THREAD["tile"]
+    return [m for k, m in seen if k == name and m["BLOCK_D"] == block_d and m["num_warps"] == warps
+            and m["BLOCK_T"] == block_t]
+
+
+def _loop(a, b, h0, reverse, cu):
+    """States of h_t = a_t h_{t-1} + b_t per packed sequence (float64), h0 (N, D) per sequence."""
+    if cu is None:
+        return affine_loop(a, b, h0=h0, elementwise=True, reverse=reverse)[2]
+    parts = [affine_loop(a[:, s:e], b[:, s:e], h0=None if h0 is None else h0[i:i + 1], elementwise=True,
+                         reverse=reverse)[2] for i, (s, e) in enumerate(zip(cu[:-1], cu[1:]))]
+    return torch.cat(parts, 1)
+
+
+@pytest.mark.parametrize("T", [1, 13, 257])
+@pytest.mark.parametrize("form", ["prefix", "state", "state h0", "state h0 reverse"])
+def test_in_thread_walking_tiles_against_the_loop(form, T, seed, gpu_config):
+    """B x D/128 = 6 programs: both passes walk in the in-thread tiles; D = 208 leaves the second
+    column tile 48 columns masked."""
+    import scankit
+
+    B, D = 3, 208
+    a, b = OPS["linear_scan"].inputs(dict(B=B, T=T, D=D), device=DEVICE, seed=seed)
+    a, b = a.requires_grad_(), b.requires_grad_()
+    reverse = "reverse" in form
+    h0 = torch.randn(B, D, device=DEVICE, requires_grad=True) if "h0" in form else None
+    leaves = [a, b] + ([h0] if h0 is not None else [])
+    ref_leaves = [x.detach().double().cpu().requires_grad_() for x in leaves]
+    if form == "prefix":
+        outs = scankit.linear_scan(a, b)
+        A, Bc, _ = affine_loop(*ref_leaves, elementwise=True)
+        refs = (A, Bc)
+    else:
+        outs = (scankit.linear_scan(a, b, h0=h0, return_prefix=False, reverse=reverse),)
+        refs = (_loop(*ref_leaves[:2], ref_leaves[2] if h0 is not None else None, reverse, None),)
+    for o, r in zip(outs, refs):
+        torch.testing.assert_close(o.detach().cpu().double(), r.detach(), atol=1e-5, rtol=1e-5)
+    ws = [torch.randn(r.shape, dtype=torch.float64) for r in refs]
+    grads = torch.autograd.grad(sum((o * w.to(o)).sum() for o, w in zip(outs, ws)), leaves)
+    ref_grads = torch.autograd.grad(sum((r * w).sum() for r, w in zip(refs, ws)), ref_leaves)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    assert _walked(gpu_config, "_fwd_kernel") and _walked(gpu_config, "_bwd_kernel"), gpu_config
+    assert not {k for k, _ in gpu_config} & {"_fwd_lookback_kernel", "_bwd_lookback_kernel"}, gpu_config
+
+
+def test_packed_sequences_walk_in_thread(seed, gpu_config):
+    """B = 1 packed sequences, D = 640 (5 programs): resets in the in-thread tiles, with h0 and
+    gradients, against one loop per sequence."""
+    import scankit
+
+    D = 640
+    cu = [0, 1, 14, 14 + 100, 14 + 100 + 43]
+    a, b = OPS["linear_scan"].inputs(dict(B=1, T=cu[-1], D=D), device=DEVICE, seed=seed)
+    a, b = a.requires_grad_(), b.requires_grad_()
+    h0 = torch.randn(len(cu) - 1, D, device=DEVICE, requires_grad=True)
+    h = scankit.linear_scan(a, b, h0=h0, return_prefix=False, cu_seqlens=torch.tensor(cu, device=DEVICE))
+    ref_leaves = [x.detach().double().cpu().requires_grad_() for x in (a, b, h0)]
+    ref = _loop(*ref_leaves, False, cu)
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(ref.shape, dtype=torch.float64)
+    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), (a, b, h0)), torch.autograd.grad((ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    assert _walked(gpu_config, "_fwd_kernel") and _walked(gpu_config, "_bwd_kernel"), gpu_config
+
+
+@pytest.mark.parametrize("D", [64, 200])
+def test_narrow_or_unaligned_calls_keep_the_look_back_tiles(D, seed, gpu_config):
+    """Too few programs (B = 1, D = 64: one) or rows that cannot take 16-byte loads (D = 200 is
+    no multiple of 16): the look-back kernels with the GPU's (128, 32, 4) tiles and window,
+    T = 300 in 3 tiles, against the loop."""
+    from scankit.triton import common
+
+    import scankit
+
+    a, b = OPS["linear_scan"].inputs(dict(B=1, T=300, D=D), device=DEVICE, seed=seed)
+    a, b = a.requires_grad_(), b.requires_grad_()
+    h = scankit.linear_scan(a, b, return_prefix=False)
+    ref_leaves = [x.detach().double().cpu().requires_grad_() for x in (a, b)]
+    ref = _loop(*ref_leaves, None, False, None)
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(ref.shape, dtype=torch.float64)
+    for g, r in zip(torch.autograd.grad((h * w.to(h)).sum(), (a, b)), torch.autograd.grad((ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
+    names = [k for k, _ in gpu_config]
+    assert {"_fwd_lookback_kernel", "_bwd_lookback_kernel"} <= set(names) and not _walked(gpu_config, "_fwd_kernel")
+    assert all(m["WINDOW"] == common.LOOKBACK["window"] and (m["BLOCK_T"], m["BLOCK_D"], m["num_warps"])
+               == common.LOOKBACK["tile"] for k, m in gpu_config if "lookback" in k), gpu_config
+
+
+def test_walking_needs_aligned_rows_and_enough_programs():
+    """``in_thread_walk``'s rule on shapes and strides alone (meta tensors: fake tensors too)."""
+    from scankit.triton import common
+
+    gpu = torch.device("cuda", 0)
+    saved = common.on_gpu, common._sm_count
+    common.on_gpu, common._sm_count = (lambda device: True), (lambda index: 132)
+    try:
+        x = torch.empty(32, 4096, 1024, device="meta")
+        assert common.in_thread_walk(gpu, 32, 1024, "fwd", x, x) and common.in_thread_walk(gpu, 32, 1024, "bwd", x)
+        assert common.in_thread_walk(gpu, 8, 1024, "fwd", x) and not common.in_thread_walk(gpu, 8, 1024, "bwd", x)
+        assert not common.in_thread_walk(gpu, 1, 1024, "fwd", x)                      # 8 programs: look-back
+        assert not common.in_thread_walk(gpu, 128, 64, "fwd", x[..., :64])           # narrower than a tile
+        assert not common.in_thread_walk(gpu, 32, 1000, "fwd", x[:, :, :1000])        # D no multiple of 16
+        assert common.in_thread_walk(gpu, 32, 1008, "fwd", x[:, :, :1008])            # rows 1024 apart
+        odd = torch.empty(32, 4096, 1040 + 8, device="meta")[..., :1040]
+        assert not common.in_thread_walk(gpu, 32, 1040, "fwd", odd)                   # rows 1048 apart
+        assert not common.in_thread_walk(gpu, 32, 1008, "fwd", x[:, :, 16:], x[:, :, 15:1023])  # offset 15
+        assert not common.in_thread_walk(gpu, 32, 1024, "fwd", x.transpose(1, 2).contiguous().transpose(1, 2))
+    finally:
+        common.on_gpu, common._sm_count = saved
