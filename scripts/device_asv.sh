@@ -13,7 +13,7 @@
 # seeds the harness's cache, and what a run adds comes back in the tar. The word `cold` in
 # place of a command empties the compile caches (Triton, inductor, CUDA) and asv's
 # environments, so the next command starts as a fresh machine would (the reference cache stays).
-# The word `backfill` runs `Scans` over the kernel commits that the results here lack
+# The word `backfill` runs `Scans` and `CallForms` over the kernel commits that the results here lack
 # (tools/kernel_commits.py --missing), so calls one after another never measure one twice
 # once each call's tar is unpacked into the tree before the next.
 set -uo pipefail
@@ -39,7 +39,7 @@ for cmd in "$@"; do
   if [ "$cmd" = backfill ]; then  # the kernel commits this tree's results lack, as listed now
     python3 tools/kernel_commits.py --missing "$machine" --out /tmp/scankit-missing.txt 2>&1 >/dev/null | tee -a "$out/asv.log"
     [ -s /tmp/scankit-missing.txt ] || continue
-    cmd="run --record-samples -b 'Scans\.' HASHFILE:/tmp/scankit-missing.txt"
+    cmd="run --record-samples -b 'Scans\.|CallForms\.' HASHFILE:/tmp/scankit-missing.txt"
   fi
   echo "=== asv $cmd ($(date -u +%H:%M:%S))" | tee -a "$out/asv.log"
   start=$SECONDS

@@ -207,3 +207,39 @@ def test_noise_dir_widens_only_the_cells_that_a_rerun_moved(results, tmp_path):
         run, TIME, ("parallel_scan_log", "large", "triton", "fwdbwd"), factor=1.3))
     out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir), "--noise-dir", str(noise))
     assert out.returncode == 1 and TIME in out.stdout, out.stdout + out.stderr
+
+
+
+CALL_FORMS = "bench_scans.CallForms.track_device_time"
+
+
+def test_call_forms_are_gated(results):
+    """A packed-path slowdown is caught: CallForms' packed cell, 1.5x."""
+    results_dir, _, _ = results
+    found = [json.loads(p.read_text()) for p in (results_dir / "h200").glob("*.json") if p.name != "machine.json"]
+    with_forms = [r for r in found if CALL_FORMS in r["results"]]
+    if not with_forms:
+        pytest.skip("no committed run with CallForms")
+    base = max(with_forms, key=lambda r: r["date"])
+    base_hash = file_head(results_dir, base, lambda run: set_result(run, CALL_FORMS, ("linear_scan_state", "packed",
+                                                                                        "fwd"), factor=1.5))
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 1 and "1 regressions" in out.stdout, out.stdout + out.stderr
+    assert f"| {CALL_FORMS} | linear_scan_state, packed, fwd |" in out.stdout
+
+
+def test_which_cells_the_gate_times():
+    """scankit's kernels are gated (Scans' triton cells, every call form but the looped one: 64
+    calls back to back time the host); references and peers are trends; a call form's noise
+    class is its form and direction."""
+    sys.path.insert(0, str(ROOT))
+    from tools.check_regressions import _gated_time, cell_class
+
+    assert _gated_time(TIME, ("linear_scan", "large", "triton", "fwd"))
+    assert not _gated_time(TIME, ("linear_scan", "large", "torch_compile", "fwd"))
+    assert not _gated_time("bench_scans.References.track_device_time", ("linear_scan", "large", "eager", "fwd"))
+    for form in ("dense", "reverse", "packed", "time_last"):
+        assert _gated_time(CALL_FORMS, ("matrix_scan", form, "fwdbwd"))
+    assert not _gated_time(CALL_FORMS, ("matrix_scan", "looped", "fwdbwd"))
+    assert cell_class(CALL_FORMS, ("matrix_scan", "packed", "fwdbwd")) == (CALL_FORMS, "packed", "fwdbwd")
+    assert cell_class(TIME, ("matrix_scan", "large", "triton", "fwd")) == (TIME, "large", "fwd")

@@ -2,7 +2,7 @@
 """The regression gate: compare the asv results of two commits on one machine.
 
 Gated: the device time of scankit's own kernels (``Scans``; the block-median ``track_time``
-of older runs likewise), their peak memory (more than 1.00x + 1 MiB), and parity (any newly
+of older runs likewise; ``CallForms``' dense, reversed, packed and time-last calls), their peak memory (more than 1.00x + 1 MiB), and parity (any newly
 failing case). Everything else (the references, call latency, peers, mixers, copy
 bandwidth) is reported as a trend and never fails the gate: it measures torch and the host.
 
@@ -34,9 +34,12 @@ from benchmarks.harness.asv_results import (ResultsError, benchmarks, columns, l
                                             values, version)
 
 # What a kernel commit can change: a pair of runs of commits that differ in none of these
-# measured the same code (its spread is the noise).
-KERNEL_PATHS = ("scankit/triton", "scankit/ops.py", "scankit/mixers.py", "scankit/dispatch.py", "scankit/reference.py")
-TIME_GATED = ("bench_scans.Scans.track_device_time", "bench_scans.Scans.track_time")
+# measured the same code (its spread is the noise). packed.py: the packed calls (CallForms);
+# not distributed.py, which no one-GPU cell calls (its measurement needs a multi-GPU machine).
+KERNEL_PATHS = ("scankit/triton", "scankit/ops.py", "scankit/mixers.py", "scankit/dispatch.py", "scankit/reference.py",
+                "scankit/packed.py")
+CALL_FORMS = "bench_scans.CallForms.track_device_time"  # the packed, reversed and time-last calls
+TIME_GATED = ("bench_scans.Scans.track_device_time", "bench_scans.Scans.track_time", CALL_FORMS)
 MEMORY_GATED = ("bench_scans.Scans.track_peak_cuda_memory",)
 MEMORY_SLACK = 1 << 20
 FLOOR = 1.05      # no time threshold below this ratio
@@ -60,12 +63,17 @@ def kernels_unchanged(a: str, b: str) -> bool:
 
 
 def _gated_time(name: str, params: tuple) -> bool:
+    """scankit's own kernels: Scans' triton cells, and every call form but the looped one (64
+    calls back to back: the host's time, not the kernels')."""
+    if name == CALL_FORMS:
+        return len(params) == 3 and params[1] != "looped"
     return name in TIME_GATED and len(params) == 4 and params[2] == "triton"
 
 
 def cell_class(name: str, params: tuple) -> tuple:
-    """Cells that share a noise level: one benchmark, one shape, one direction."""
-    return name, params[1], params[3]
+    """Cells that share a noise level: one benchmark, one shape (Scans) or call form
+    (CallForms), one direction."""
+    return name, params[1], params[-1]
 
 
 def residuals(history: list[dict], unchanged=kernels_unchanged) -> dict:
