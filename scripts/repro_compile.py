@@ -18,7 +18,7 @@ from oracles import poison_cuda_cache  # noqa: E402
 from test_compile import MIXERS, MODES  # noqa: E402  the test's own cases
 
 
-def case(mixer: str, mode: str, seed: int, want_code: bool, poison: bool):
+def case(mixer: str, mode: str, seed: int, want_code: bool, poison: bool, mark_t: bool = False):
     """The test body for one seed: per T, the (b, t) cells whose forward is off, and the code."""
     torch.manual_seed(seed)
     module = MIXERS[mixer][0]().cuda()
@@ -29,6 +29,10 @@ def case(mixer: str, mode: str, seed: int, want_code: bool, poison: bool):
     for T in (13, 257):
         x = torch.randn(4, T, 5, device="cuda")
         kwargs = {"delta_t": torch.rand(4, T, device="cuda")} if module.decay is not None else {}
+        if mark_t:  # T alone dynamic, as automatic dynamic shapes (or their on-disk profile) make it
+            torch._dynamo.mark_dynamic(x, 1)
+            for v in kwargs.values():
+                torch._dynamo.mark_dynamic(v, 1)
         if poison:
             poison_cuda_cache()
 
@@ -58,6 +62,7 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="*", default=[])
     ap.add_argument("--random", type=int, default=4, help="fresh random seeds to add")
     ap.add_argument("--poison", action="store_true", help="NaN in the allocator's free blocks before each call")
+    ap.add_argument("--mark-t", action="store_true", help="mark T (dim 1) dynamic, B static")
     ap.add_argument("--code", help="write the inductor code of the first failing case (else the first case) here")
     args = ap.parse_args()
     seeds = args.seeds + [int.from_bytes(os.urandom(4), "little") for _ in range(args.random)]
@@ -65,7 +70,7 @@ def main():
     failed = 0
     for seed in seeds:
         report, code = case(args.mixer, args.mode, seed, want_code=bool(args.code) and not failed,
-                            poison=args.poison)
+                            poison=args.poison, mark_t=args.mark_t)
         bad = any(r["bad_cells"] or r["grad_max_rel_err"] > 1e-3 for r in report)
         print(f"{args.mixer} {args.mode} seed={seed}: {'FAIL' if bad else 'ok'} {report}", flush=True)
         if (bad or seed == seeds[0]) and not failed and args.code:  # the first case's, then a failure's
