@@ -2,8 +2,9 @@
 """The regression gate: compare the asv results of two commits on one machine.
 
 Gated: the device time of scankit's own kernels (``Scans``; the block-median ``track_time``
-of older runs likewise; ``CallForms``' dense, reversed, packed and time-last calls), their peak memory (more than 1.00x + 1 MiB), and parity (any newly
-failing case). Everything else (the references, call latency, peers, mixers, copy
+of older runs likewise; ``CallForms``' dense, reversed, packed and time-last calls), their
+peak memory (more than 1.00x + 1 MiB), and parity (any newly failing case). A benchmark that
+one of the two runs did not run at all (``asv run -b``) is listed as not compared. Everything else (the references, call latency, peers, mixers, copy
 bandwidth) is reported as a trend and never fails the gate: it measures torch and the host.
 
 A time cell counts as slower beyond its class's threshold. The threshold comes from the
@@ -134,6 +135,11 @@ def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | N
                                 change="not compared: the benchmark's version (method) differs", regression=False))
             continue
         if name not in known:  # retired from the suite (benchmarks.json), as asv's own pages do
+            continue
+        missing = [side for side, run in (("base", base), ("head", head)) if name not in run["results"]]
+        if missing:  # a run of part of the suite (asv run -b ...): as asv compare, not compared
+            changes.append(dict(benchmark=name, params="", base=None, head=None, unit=known[name].get("unit", ""),
+                                change=f"not compared: not run at {missing[0]}", regression=False))
             continue
         b, h = values(base, name), values(head, name)
         b_ci, h_ci = _ci(base, name), _ci(head, name)
