@@ -216,8 +216,7 @@ CALL_FORMS = "bench_scans.CallForms.track_device_time"
 def test_call_forms_are_gated(results):
     """A packed-path slowdown is caught: CallForms' packed cell, 1.5x."""
     results_dir, _, _ = results
-    found = [json.loads(p.read_text()) for p in (results_dir / "h200").glob("*.json") if p.name != "machine.json"]
-    with_forms = [r for r in found if CALL_FORMS in r["results"]]
+    with_forms = [r for r in runs(results_dir, "h200") if CALL_FORMS in r["results"]]
     if not with_forms:
         pytest.skip("no committed run with CallForms")
     base = max(with_forms, key=lambda r: r["date"])
@@ -243,3 +242,23 @@ def test_which_cells_the_gate_times():
     assert not _gated_time(CALL_FORMS, ("matrix_scan", "looped", "fwdbwd"))
     assert cell_class(CALL_FORMS, ("matrix_scan", "packed", "fwdbwd")) == (CALL_FORMS, "packed", "fwdbwd")
     assert cell_class(TIME, ("matrix_scan", "large", "triton", "fwd")) == (TIME, "large", "fwd")
+
+
+def test_a_benchmark_the_head_did_not_run_is_not_compared(results):
+    """`asv run -b 'Scans\\.'` (the backfill) runs part of the suite: the benchmarks it left out
+    are listed as not compared, not as newly failing; a cell the head ran without a value still is."""
+    results_dir, _, _ = results
+    whole = [r for r in runs(results_dir, "h200") if any(n.startswith("bench_parity.") for n in r["results"])]
+    if not whole:
+        pytest.skip("no committed run with parity")
+    base = max(whole, key=lambda r: r["date"])
+    parity = sorted(n for n in base["results"] if n.startswith("bench_parity."))
+
+    def edit(run):
+        for name in parity:
+            del run["results"][name]
+
+    base_hash = file_head(results_dir, base, edit)
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 0 and "0 regressions" in out.stdout, out.stdout + out.stderr
+    assert f"| {parity[0]} |  | n/a | n/a |  |  | not compared: not run at head |" in out.stdout
