@@ -31,8 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import confirm  # noqa: E402
 from benchmarks.harness.asv_results import (ResultsError, benchmarks, columns, load_run, pick_machine, runs,  # noqa: E402
                                             values, version)
+from benchmarks.harness.confirm import ALPHA, smallest_p  # noqa: E402
 
 # What a kernel commit can change: a pair of runs of commits that differ in none of these
 # measured the same code (its spread is the noise). packed.py: the packed calls (CallForms);
@@ -147,7 +149,7 @@ def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | N
         for params in sorted(set(b) | set(h), key=repr):
             old, new = b.get(params), h.get(params)
             row = dict(benchmark=name, params=", ".join(map(str, params)), base=old, head=new,
-                       unit=known[name].get("unit", ""))
+                       unit=known[name].get("unit", ""), cell=params)
             if parity:
                 limit = 0 if name.endswith(PARITY_FAILING) else 1.0
                 if new is None and old is not None:
@@ -194,6 +196,25 @@ def compare(base: dict, head: dict, known: dict, factor: float, spread: dict | N
     return changes
 
 
+def confirm_slowdowns(changes: list[dict], base: str, head: str, n: int, rounds=confirm.rounds) -> None:
+    """The confirm mode: each gated time regression in ``changes`` re-measured ``n`` rounds
+    (base, head) in fresh processes; it stays a regression only where the rounds confirm it."""
+    flagged = [c for c in changes if c["regression"] and "limit" in c]
+    if not flagged:
+        return
+    cells = [tuple(c["cell"]) for c in flagged]
+    measured = rounds(base, head, cells, n)
+    for c, cell in zip(flagged, cells):
+        got = measured[cell]
+        if len(got["base"]) < 2 or len(got["head"]) < 2:
+            c["change"] += f" (not confirmed: {len(got['base'])} / {len(got['head'])} rounds measured)"
+            continue
+        v = confirm.verdict(got["base"], got["head"], min_ratio=c["limit"])
+        c["regression"] = v["slower"]
+        c["change"] += (f" ({'confirmed' if v['slower'] else 'not confirmed'} by {n} rounds: "
+                        f"{v['ratio']:.3f}x, 99% CI {v['ci'][0]:.3f}-{v['ci'][1]:.3f}, p = {v['p']:.3g})")
+
+
 def _fmt(value, unit):
     if value is None:
         return "n/a"
@@ -228,10 +249,18 @@ def main(argv=None) -> int:
     parser.add_argument("--noise-dir", help="a results dir holding a rerun of a commit that --results-dir also holds "
                         "(experiments/asv/reruns/...): each cell's factor widens by how far those two runs read apart")
     parser.add_argument("--machine", help="asv machine name (needed when the results hold several)")
+    parser.add_argument("--confirm", type=int, metavar="ROUNDS", help="on this machine's GPU, re-measure each "
+                        "slower gated time cell: ROUNDS x (base, head), fresh processes, this checkout's harness over "
+                        "each commit's scankit; a regression stands where Mann-Whitney (p <= 0.01) and the median "
+                        "ratio (>= its threshold) agree")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return 2 if exc.code else 0
+    if args.confirm is not None and smallest_p(args.confirm, args.confirm) > ALPHA:
+        print(f"check_regressions: --confirm {args.confirm} rounds cannot reach p <= {ALPHA}: "
+              f"needs at least {min(r for r in range(2, 50) if smallest_p(r, r) <= ALPHA)}", file=sys.stderr)
+        return 2
     if args.factor <= 1.0:
         print("check_regressions: --factor must be > 1", file=sys.stderr)
         return 2
@@ -251,6 +280,8 @@ def main(argv=None) -> int:
         print(f"check_regressions: {exc}", file=sys.stderr)
         return 2
     changes = compare(base, head, known, args.factor, spread, model)
+    if args.confirm:
+        confirm_slowdowns(changes, base["commit_hash"], head["commit_hash"], args.confirm)
     regressions = [c for c in changes if c["regression"]]
     print(f"{machine}: {base['commit_hash'][:12]} -> {head['commit_hash'][:12]}, factor {args.factor}: "
           f"{len(changes)} changed, {len(regressions)} regressions\n")

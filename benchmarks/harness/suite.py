@@ -89,12 +89,10 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
     import torch
 
     from . import measure
-    from .cases import OPS
 
     dev = device()
     if dev == "cpu":
-        xs = OPS[op_name].inputs(_smoke_dims(op_name, shape), device="cpu", requires_grad=direction == "fwdbwd")
-        fn = measure.workload(op_name, impl, direction, xs)
+        fn = cell_workload(op_name, shape, impl, direction, dev)
         fn()
         latency = dict(samples=[_wall(fn) for _ in range(3)], number=1)
         from .launches import Launches
@@ -104,8 +102,7 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
         # the smoke run's device is the CPU: both quantities are its wall time
         return dict(device_time=latency, call_latency=latency, peak_bytes=None, seconds=measure.median_of(latency),
                     launches=counted.total)
-    xs = measure.inputs_for(op_name, shape, direction)
-    fn = measure.workload(op_name, impl, direction, xs)
+    fn = cell_workload(op_name, shape, impl, direction, dev)
     cell = dict(device_time=measure.device_time(fn), call_latency=measure.call_latency(fn), peak_bytes=measure.peak_bytes(fn))
     cell["seconds"] = measure.median_of(cell["device_time"])
     try:
@@ -113,9 +110,33 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
     except Exception as exc:  # the profiler is optional to the timing: n/a, and why, not a failed cell
         note(f"launches of {op_name} {shape} {impl} {direction}: {type(exc).__name__}: {exc}")
         cell["launches"] = None
-    del xs, fn
+    del fn
     torch.cuda.empty_cache()
     return cell
+
+
+def cell_workload(op_name: str, shape: str, impl: str, direction: str, dev: str):
+    """The call a registry cell times, on its inputs (the smoke run's small ones on the CPU)."""
+    from . import measure
+    from .cases import OPS
+
+    if dev == "cpu":
+        xs = OPS[op_name].inputs(_smoke_dims(op_name, shape), device="cpu", requires_grad=direction == "fwdbwd")
+    else:
+        xs = measure.inputs_for(op_name, shape, direction)
+    return measure.workload(op_name, impl, direction, xs)
+
+
+def cell_device_time(op_name: str, shape: str, impl: str, direction: str) -> dict:
+    """A registry cell's device time alone (asv samples dict; the smoke run's wall time)."""
+    from . import measure
+
+    dev = device()
+    fn = cell_workload(op_name, shape, impl, direction, dev)
+    if dev == "cpu":
+        fn()
+        return dict(samples=[_wall(fn) for _ in range(3)], number=1)
+    return measure.device_time(fn)
 
 
 def _warm_share(keys: list) -> int:
