@@ -55,6 +55,24 @@ def case(mixer: str, mode: str, seed: int, want_code: bool, poison: bool, mark_t
     return report, code
 
 
+def stride_order_only():
+    """Inductor as it would compile a graph whose Triton-kernel nodes carry no eager_input_vals
+    (then ``constrain_to_fx_strides``: stride order, not exact strides) with padding wherever it
+    may: if the kernels' traced stride arguments then disagree with the buffers, the forward
+    goes wrong in batch rows >= 1, as in the session 17 failure."""
+    import torch._inductor.config as inductor
+
+    def drop(graph):
+        for node in graph.nodes:
+            if "triton_kernel_wrapper" in str(node.target):
+                node.meta.pop("eager_input_vals", None)
+
+    inductor.post_grad_custom_pre_pass = drop
+    inductor.comprehensive_padding = True
+    inductor.padding_stride_threshold = 32
+    inductor.force_disable_caches = True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mixer", choices=list(MIXERS))
@@ -63,8 +81,14 @@ def main():
     ap.add_argument("--random", type=int, default=4, help="fresh random seeds to add")
     ap.add_argument("--poison", action="store_true", help="NaN in the allocator's free blocks before each call")
     ap.add_argument("--mark-t", action="store_true", help="mark T (dim 1) dynamic, B static")
+    ap.add_argument("--stride-order-only", action="store_true", help="the hypothesis of NOTES.md session 17: "
+                    "inductor keeps only the stride *order* of a user Triton kernel's tensors where a node has lost "
+                    "its eager_input_vals (exact strides otherwise), and may then pad them; this drops them from every "
+                    "kernel node (a post-grad pass) and pads every stride over 32 elements")
     ap.add_argument("--code", help="write the inductor code of the first failing case (else the first case) here")
     args = ap.parse_args()
+    if args.stride_order_only:
+        stride_order_only()
     seeds = args.seeds + [int.from_bytes(os.urandom(4), "little") for _ in range(args.random)]
     os.environ["MINGRU_SCAN"] = "triton"
     failed = 0
