@@ -4,8 +4,10 @@
     python -m tasks.run --config full --out experiments/tasks/results.json     # one GPU
 
 Rows go to ``--out`` as they finish (the file is replaced whole each time, never half-written),
-so a run cut off keeps what it finished. The pendulum runs each mixer with and without decay
-(``delta_t``), the other tasks without.
+so a run cut off keeps what it finished, and the same command run again continues it: the
+cells ``--out`` already holds are kept and skipped (a results file of another configuration
+is refused), so the full page can be built over several shorter GPU sessions. The pendulum
+runs each mixer with and without decay (``delta_t``), the other tasks without.
 """
 from __future__ import annotations
 
@@ -37,6 +39,25 @@ def write(path: Path, rows: list) -> None:
     os.replace(tmp, path)
 
 
+def cell(row: dict) -> tuple:
+    return row["task"], row["mixer"], row["decay"], row["seed"]
+
+
+def earlier(path: Path, config: str) -> list:
+    """The rows a previous run of ``config`` left in ``path`` (none if there is no file)."""
+    if not path.exists():
+        return []
+    try:
+        rows = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{path}: not a results file of tasks.run ({exc}); move it away or pick another --out")
+    configs = {r.get("config") for r in rows}
+    if configs - {config}:
+        raise SystemExit(f"{path} holds rows of config {sorted(map(str, configs))}, not {config!r}: "
+                         f"pick another --out")
+    return rows
+
+
 def summary(rows: list) -> str:
     """Fit rate (fitted seeds / seeds), median score and step time per task x mixer (x decay)."""
     groups = defaultdict(list)
@@ -61,8 +82,13 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    rows = []
+    rows = earlier(args.out, args.config)
+    done = {cell(r) for r in rows}
+    if done:
+        print(f"{args.out}: {len(done)} cells already there, continuing", flush=True)
     for task, mixer, decay, seed in grid(args.tasks, args.mixers, range(args.seeds)):
+        if (task, mixer, decay, seed) in done:
+            continue
         rows.append(train.run(task, mixer, seed, args.config, decay=decay, device=args.device))
         write(args.out, rows)
         r = rows[-1]

@@ -114,3 +114,26 @@ def test_committed_task_page_is_the_rendering_of_its_rows():
     rows = json.loads(src.read_text())
     assert rows and {r["task"] for r in rows} == set(train.TASKS) and {r["mixer"] for r in rows} == set(train.MIXERS)
     assert src.with_suffix(".md").read_text() == render.render(rows, "experiments/tasks/tiny-cpu.json")
+
+
+def test_runner_continues_a_cut_off_run_and_refuses_another_config(tmp_path, scan_mode, one_thread, monkeypatch):
+    """A second run with the same --out keeps the rows there and trains only the missing cells
+    (the full page over several GPU sessions); a file of another configuration is refused."""
+    scan_mode("auto")
+    out = tmp_path / "rows.json"
+    args = ["--config", "tiny", "--tasks", "pendulum", "--mixers", "signed", "--out", str(out)]
+    assert run.main(args + ["--seeds", "1"]) == 0
+    first = json.loads(out.read_text())
+    trained = []
+    real = train.run
+    monkeypatch.setattr(train, "run", lambda *a, **k: trained.append(a[:3] + (k["decay"],)) or real(*a, **k))
+    assert run.main(args + ["--seeds", "2"]) == 0
+    rows = json.loads(out.read_text())
+    assert rows[:2] == first and len(rows) == 4
+    assert trained == [("pendulum", "signed", 1, False), ("pendulum", "signed", 1, True)]
+    assert sorted(run.cell(r) for r in rows) == sorted({run.cell(r) for r in rows})  # no cell twice
+    with pytest.raises(SystemExit, match="not 'full'"):
+        run.main(["--config", "full", "--tasks", "pendulum", "--mixers", "signed", "--out", str(out)])
+    out.write_text("{half")
+    with pytest.raises(SystemExit, match="not a results file"):
+        run.main(args)
