@@ -1,6 +1,7 @@
 """The roofline's other columns: peer libraries on linear_scan_state, and the scaling of
-the forward kernels with T at B = 1 (rendered into experiments/bench/scan_roofline.md)."""
-from benchmarks._adapter import cached, long_setup_cache
+the forward kernels with T at B = 1 (rendered into experiments/bench/scan_roofline.md), and
+issue 16's cells (``Roofline``)."""
+from benchmarks._adapter import cached, long_setup_cache, require_cell
 from benchmarks.harness import grid
 
 VERSION = grid.VERSION  # the harness's method (asv hashes only this file)
@@ -45,3 +46,35 @@ class Scaling:
 
     track_time.unit = "seconds"
     track_time.version = VERSION
+
+
+class Roofline:
+    """linear_scan_state from h_0 = 0 at issue 16's shapes: scankit's kernels on (B, T, D)
+    beside accelerated-scan on its native (B, D, T) layout (no transposes timed), fp32 and
+    bf16, device time; ``track_bytes``: what the cell must move at least (its % of copy is
+    bytes / time / the run's ``track_copy_bandwidth``). A trend (measured per commit, gated
+    through the Scans cells at large and vlong)."""
+    params = [list(grid.ROOFLINE_SHAPES), list(grid.ROOFLINE_IMPLS), list(grid.ROOFLINE_DTYPES), list(grid.DIRECTIONS)]
+    param_names = ["shape", "impl", "dtype", "direction"]
+    timeout = 1800
+
+    @long_setup_cache
+    def setup_cache(self):
+        from benchmarks.harness import suite
+
+        return suite.roofline_cells()
+
+    def setup(self, cells, shape, impl, dtype, direction):
+        require_cell(cells, "device_time", (shape, impl, dtype, direction))
+
+    def track_device_time(self, cells, shape, impl, dtype, direction):
+        return cached(cells["device_time"], (shape, impl, dtype, direction))
+
+    track_device_time.unit = "seconds"
+    track_device_time.version = VERSION
+
+    def track_bytes(self, cells, shape, impl, dtype, direction):
+        return cached(cells["bytes"], (shape, impl, dtype, direction))
+
+    track_bytes.unit = "bytes"
+    track_bytes.version = VERSION

@@ -37,6 +37,13 @@ SCALING_OPS = (STATE_OP, "parallel_scan_log")
 SCALING_LOG2T = tuple(range(10, 21))
 SCALING_B, SCALING_D = 1, 1024
 DIRECTIONS = ("fwd", "fwdbwd")
+# Issue 16's roofline cells (benchmarks.bench_roofline.Roofline): STATE_OP from h_0 = 0 at the
+# (B, T, D) of its table, scankit's kernels on (B, T, D) beside accelerated-scan on its own
+# (B, D, T) layout, fp32 and bf16, device time (% of copy: bytes / the run's copy bandwidth)
+ROOFLINE_SHAPES = {"32x4096x1024": (32, 4096, 1024), "1x65536x1024": (1, 65536, 1024),
+                   "1x1048576x1024": (1, 2 ** 20, 1024), "16x2048x512": (16, 2048, 512), "8x512x256": (8, 512, 256)}
+ROOFLINE_IMPLS = ("triton", "accelerated_scan_native")
+ROOFLINE_DTYPES = ("fp32", "bf16")
 # Call forms (benchmarks.bench_scans.CallForms): each op's state form at one packed-size shape,
 # dense beside reverse=True and cu_seqlens= (PACKED_SEQUENCES sequences of seeded random lengths
 # 1 .. 2 * FORMS_SHAPE.T / PACKED_SEQUENCES summing to T), the inputs stored time-last (dim=2),

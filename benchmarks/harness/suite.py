@@ -775,6 +775,54 @@ def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
     return dict(seconds=seconds, skipped=skipped)
 
 
+def roofline_cells() -> dict:
+    """Device time of issue 16's cells (grid.ROOFLINE_*): scankit's STATE_OP kernels and
+    accelerated-scan on its native layout, per shape, dtype and direction, each with the bytes
+    it must move; tiny shapes and wall time in a CPU smoke run, where
+    the peer is n/a."""
+    import torch
+
+    from . import measure, peers
+
+    dev = device()
+    out = dict(device_time={}, bytes={}, skipped={}, failed={})
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    with measure.scan_mode("triton"):
+        for shape, (B, T, D) in grid.ROOFLINE_SHAPES.items():
+            dims = dict(B=B, T=T, D=D) if dev == "cuda" else dict(B=1, T=13, D=8)
+            for dtype in grid.ROOFLINE_DTYPES:
+                for impl in grid.ROOFLINE_IMPLS:
+                    for direction in grid.DIRECTIONS:
+                        key = (shape, impl, dtype, direction)
+                        why = None if impl == "triton" else peers.unavailable(impl, dev, direction)
+                        if why:
+                            out["skipped"][key] = why
+                            continue
+                        cell = failing(out, key, lambda: _roofline_cell(impl, direction, dims, dtypes[dtype], dev))
+                        if cell is not None:
+                            out["device_time"][key], out["bytes"][key] = cell
+                        if dev == "cuda":
+                            torch.cuda.empty_cache()
+    return out
+
+
+def _roofline_cell(impl: str, direction: str, dims: dict, dtype, dev: str) -> tuple[dict, int]:
+    from . import measure, peers
+    from .cases import OPS
+
+    a, b = OPS[grid.STATE_OP].inputs(dims, dtype=dtype, device=dev, requires_grad=direction == "fwdbwd")
+    if impl == "triton":
+        fn = measure.workload(grid.STATE_OP, "triton", direction, (a, b))
+    else:
+        fn = measure.callable_workload(*peers.peer_fn(impl, a, b), direction)
+    # issue 16's bytes: read a, b, write h; the backward reads grad, a, h and writes da, db
+    moved = a.numel() * a.element_size() * (3 if direction == "fwd" else 8)
+    if dev == "cpu":
+        fn()
+        return dict(samples=[_wall(fn) for _ in range(3)], number=1), moved
+    return measure.device_time(fn), moved
+
+
 def scaling_cells() -> dict:
     """Forward seconds of the triton kernels at B = 1, D = 1024, T = 2^10 .. 2^20 (tiny in a smoke run)."""
     import torch
