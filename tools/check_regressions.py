@@ -4,8 +4,8 @@
 Gated: the device time of scankit's own kernels (``Scans``; the block-median ``track_time``
 of older runs likewise; ``CallForms``' dense, reversed, packed and time-last calls), their
 peak memory (more than 1.00x + 1 MiB), and parity (any newly failing case). A benchmark that
-one of the two runs did not run at all (``asv run -b``) is listed as not compared. Everything else (the references, call latency, peers, mixers, copy
-bandwidth) is reported as a trend and never fails the gate: it measures torch and the host.
+one of the two runs did not run at all (``asv run -b``) is listed as not compared. Everything
+else (the references, call latency, peers, mixers, copy bandwidth) is reported as a trend and never fails the gate: it measures torch and the host.
 
 A time cell counts as slower beyond its class's threshold. The threshold comes from the
 history (``noise_model``): the log-ratios of every cell between runs of unchanged kernel

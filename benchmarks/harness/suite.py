@@ -93,8 +93,7 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
     dev = device()
     if dev == "cpu":
         fn = cell_workload(op_name, shape, impl, direction, dev)
-        fn()
-        latency = dict(samples=[_wall(fn) for _ in range(3)], number=1)
+        latency = timed(fn, dev)
         from .launches import Launches
 
         with Launches() as counted:
@@ -115,6 +114,16 @@ def measure_cell(op_name: str, shape: str, impl: str, direction: str) -> dict:
     return cell
 
 
+def timed(fn, dev: str) -> dict:
+    """``fn``'s device time (asv samples dict), or in a CPU smoke run its wall time."""
+    from . import measure
+
+    if dev == "cpu":
+        fn()
+        return dict(samples=[_wall(fn) for _ in range(3)], number=1)
+    return measure.device_time(fn)
+
+
 def cell_workload(op_name: str, shape: str, impl: str, direction: str, dev: str):
     """The call a registry cell times, on its inputs (the smoke run's small ones on the CPU)."""
     from . import measure
@@ -129,14 +138,8 @@ def cell_workload(op_name: str, shape: str, impl: str, direction: str, dev: str)
 
 def cell_device_time(op_name: str, shape: str, impl: str, direction: str) -> dict:
     """A registry cell's device time alone (asv samples dict; the smoke run's wall time)."""
-    from . import measure
-
     dev = device()
-    fn = cell_workload(op_name, shape, impl, direction, dev)
-    if dev == "cpu":
-        fn()
-        return dict(samples=[_wall(fn) for _ in range(3)], number=1)
-    return measure.device_time(fn)
+    return timed(cell_workload(op_name, shape, impl, direction, dev), dev)
 
 
 def _warm_share(keys: list) -> int:
@@ -437,8 +440,6 @@ def _form_dims(op: str, dev: str) -> dict:
 def _form_cell(op: str, form: str, direction: str, dims: dict, dev: str, out: dict) -> None:
     import torch
 
-    from . import measure
-
     key = (op, form, direction)
 
     def time_it():
@@ -450,7 +451,7 @@ def _form_cell(op: str, form: str, direction: str, dims: dict, dev: str, out: di
                 raise
             out["skipped"][key] = f"scankit at this commit has no {form} form: {exc}"[:200]
             return None
-        return dict(samples=[_wall(fn) for _ in range(3)], number=1) if dev == "cpu" else measure.device_time(fn)
+        return timed(fn, dev)
 
     cell = failing(out, key, time_it)
     if cell is not None:
@@ -778,8 +779,7 @@ def peer_cells(shapes=tuple(grid.SHAPES)) -> dict:
 def roofline_cells() -> dict:
     """Device time of issue 16's cells (grid.ROOFLINE_*): scankit's STATE_OP kernels and
     accelerated-scan on its native layout, per shape, dtype and direction, each with the bytes
-    it must move; tiny shapes and wall time in a CPU smoke run, where
-    the peer is n/a."""
+    it must move; tiny shapes and wall time in a CPU smoke run, where the peer is n/a."""
     import torch
 
     from . import measure, peers
@@ -817,10 +817,7 @@ def _roofline_cell(impl: str, direction: str, dims: dict, dtype, dev: str) -> tu
         fn = measure.callable_workload(*peers.peer_fn(impl, a, b), direction)
     # issue 16's bytes: read a, b, write h; the backward reads grad, a, h and writes da, db
     moved = a.numel() * a.element_size() * (3 if direction == "fwd" else 8)
-    if dev == "cpu":
-        fn()
-        return dict(samples=[_wall(fn) for _ in range(3)], number=1), moved
-    return measure.device_time(fn), moved
+    return timed(fn, dev), moved
 
 
 def scaling_cells() -> dict:
