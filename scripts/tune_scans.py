@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -107,7 +107,8 @@ def matrix2_sweep(budget, log):
     """matrix_scan: the generic block kernels against the 2x2 ones (affine.TWO_BY_TWO) at
     (lanes per program, warps, programs per SM, pipelining) points, each checked against the
     generic kernels' outputs / grads."""
-    points = [None, (64, 2, 16, None), (32, 1, 32, None), (64, 2, 24, None)]
+    points = [None, (32, 1, 32, None), (32, 1, 32, 2), (64, 2, 16, None), (64, 1, 32, None), (128, 4, 8, None),
+              (16, 1, 64, None)]
     reference = {}
     with knobs(affine.TWO_BY_TWO):
         affine.TWO_BY_TWO["min_t"] = 0  # every shape, lab's T = 64 included
@@ -141,10 +142,40 @@ def _checked_us(op, shape, direction, reference, key):
                   for r, q in zip(result, reference[key]))
     else:
         reference[key] = result
-    us = measure.median_us(fn)
+    us = 1e6 * measure.median_of(measure.device_time(fn))
     del xs, fn, result
     torch.cuda.empty_cache()
     return us, err
+
+
+def pipelining_sweep(budget, log):
+    """The generic block kernels' step-loop pipelining (affine.TUNING["stages"], where the
+    tree has it; 1 = no pipelining) at k = 4, 8, 16 and matrix_scan below the 2x2 kernels' T,
+    fwd and fwd+bwd, device time, each checked against the stages = 1 outputs / grads."""
+    if "stages" not in affine.TUNING:
+        log(dict(section="pipelining", skipped="this tree's generic kernels have no stages knob"))
+        return
+    cells = [("matrix_affine_scan", dict(B=32, T=4096, n=256 // k, k=k, v=1)) for k in (4, 8, 16)]
+    cells += [("matrix_affine_scan", dict(B=16, T=1024, n=8, k=8, v=1)), ("matrix_affine_scan", dict(B=128, T=64, n=8, k=8, v=1)),
+              ("matrix_scan", dict(B=16, T=1024, n=32)), ("matrix_scan", dict(B=128, T=64, n=32))]
+    reference = {}
+    with knobs(affine.TUNING, affine.TWO_BY_TWO):
+        affine.TWO_BY_TWO["enabled"] = False  # matrix_scan on the generic kernels at every T
+        for stages in (1, 2, 3, 4):
+            affine.TUNING["stages"] = stages
+            for (op, dims), direction in itertools.product(cells, ("fwd", "fwdbwd")):
+                if time.time() - START > budget:
+                    return
+                key = (op, tuple(dims.items()), direction)
+                try:
+                    us, err = _checked_us(op, dims, direction, reference, key)
+                except Exception as exc:  # a stage count that fails to compile or run
+                    log(dict(section="pipelining", stages=stages, op=op, dims=dims, direction=direction,
+                             error=f"{type(exc).__name__}: {exc}"[:300]))
+                    torch.cuda.empty_cache()
+                    continue
+                log(dict(section="pipelining", stages=stages, op=op, dims=dims, direction=direction, us=us,
+                         rel_err=err))
 
 
 def _moved(op, shape, direction):
@@ -411,7 +442,7 @@ def roofline_sweep(budget, log):
 
 
 SECTIONS = dict(lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
-                elementwise=elementwise_sweep, roofline=roofline_sweep)
+                elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep)
 
 
 def main():
