@@ -57,11 +57,10 @@ class Joint:
 
 @pytest.fixture
 def kernels_only(monkeypatch):
-    """MINGRU_SCAN=triton; AOTAutograd keeps the kernels' custom ops as graph nodes (its
-    decomposition of a triton_op into its kernels needs a GPU build of them)."""
+    """MINGRU_SCAN=triton, under AOTAutograd's defaults: the kernels' custom ops are opaque,
+    so the traced graphs hold them as nodes (a triton_op would be decomposed into its
+    launches with trace-time strides: see ``padded``)."""
     monkeypatch.setenv("MINGRU_SCAN", "triton")
-    with torch._functorch.config.patch(decompose_custom_triton_ops=False):
-        yield
 
 
 def joint_trace_matches_eager(loss, xs, name):
@@ -152,6 +151,10 @@ MODES = {"default": dict(), "dynamic": dict(dynamic=True), "cudagraphs": dict(mo
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("op_name", list(OPS))
 def test_inductor_op_fwd_bwd(op_name, mode, seed, monkeypatch):
+    op_compiles_as_eager(op_name, mode, seed, monkeypatch)
+
+
+def op_compiles_as_eager(op_name, mode, seed, monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     torch._dynamo.reset()
     compiled = torch.compile(op_loss(op_name), fullgraph=True, **MODES[mode])
@@ -165,6 +168,35 @@ def test_inductor_op_fwd_bwd(op_name, mode, seed, monkeypatch):
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("mixer", list(MIXERS))
 def test_inductor_mixer_fwd_bwd(mixer, mode, seed, monkeypatch):
+    mixer_compiles_as_eager(mixer, mode, seed, monkeypatch)
+
+
+@pytest.fixture
+def padded(monkeypatch):
+    """Inductor pads every buffer stride it may (over 32 elements) and compiles afresh: the
+    scan ops must read the strides the compiled graph's tensors really have. While they were
+    triton_ops, traced with trace-time strides, a graph whose kernel nodes kept only their
+    stride order got wrong grads this way (scripts/repro_compile.py --stride-order-only)."""
+    import torch._inductor.config as inductor
+
+    for name, value in (("comprehensive_padding", True), ("padding_stride_threshold", 32),
+                        ("force_disable_caches", True)):
+        monkeypatch.setattr(inductor, name, value)
+
+
+@gpu
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_inductor_op_with_padded_buffers(op_name, seed, padded, monkeypatch):
+    op_compiles_as_eager(op_name, "default", seed, monkeypatch)
+
+
+@gpu
+@pytest.mark.parametrize("mixer", list(MIXERS))
+def test_inductor_mixer_with_padded_buffers(mixer, seed, padded, monkeypatch):
+    mixer_compiles_as_eager(mixer, "default", seed, monkeypatch)
+
+
+def mixer_compiles_as_eager(mixer, mode, seed, monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     torch.manual_seed(seed)
     module = MIXERS[mixer][0]().to(DEVICE)

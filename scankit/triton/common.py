@@ -6,7 +6,6 @@ import threading
 from typing import Optional
 
 import torch
-from torch.library import triton_op, wrap_triton
 from triton import knobs
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
@@ -215,18 +214,16 @@ GRID_Y = 65535
 
 
 def launch(kernel, grid, *args, **meta):
-    """``kernel[grid](*args, **meta)``: straight to Triton on the eager path (``direct``),
-    through ``wrap_triton`` inside the custom ops, where torch.compile traces the launch.
-    A 2-D grid (programs, lane tiles) is folded into x where its y would pass GRID_Y; such
+    """``kernel[grid](*args, **meta)``, bound once per specialization (``_launch_bound``).
+    Every launch runs on real tensors: the custom ops are opaque to torch.compile
+    (``opaque_op``), which never traces into a launch. A 2-D grid (programs, lane tiles) is folded into x where its y would pass GRID_Y; such
     kernels take ``FOLD`` (``lang.program``). Unfolded, the kernels keep the grid their
     launch knobs were measured with (the fold's index arithmetic changes register counts,
     hence programs per SM)."""
     if len(grid) == 2:
         meta["FOLD"] = grid[1] > GRID_Y
         grid = (grid[0] * grid[1],) if meta["FOLD"] else grid
-    if not getattr(_launching, "direct", False):
-        wrap_triton(kernel)[grid](*args, enable_fp_fusion=FP_FUSION, **meta)
-    elif isinstance(kernel, JITFunction):
+    if isinstance(kernel, JITFunction):
         _launch_bound(kernel, grid, args, meta)
     else:  # the interpreter's kernels
         kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)
@@ -287,6 +284,21 @@ def direct():
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def opaque_op(name: str, impl):
+    """``impl`` registered as the custom op ``name``, opaque to torch.compile: inductor calls it
+    on the real tensors of the compiled graph (its launches read those tensors' strides then),
+    instead of tracing the launches into the graph with the strides of trace time (a
+    ``triton_op``). Traced, a kernel's strides became constants that inductor had to keep its
+    buffers to; where it kept only their order and padded a buffer, the kernel read the wrong
+    rows (``scripts/repro_compile.py --stride-order-only``: wrong grads, NOTES.md session 18).
+    The op's body runs with ``direct`` launches, as an eager call does."""
+    @functools.wraps(impl)
+    def body(*args):
+        with direct():
+            return impl(*args)
+    return torch.library.custom_op(name, mutates_args=())(body)
 
 
 def traced(args) -> bool:
@@ -386,8 +398,8 @@ def prefix_scan_op(name: str, forward, backward):
         d_coeffs, d_inputs, d_h0 = backward(coeffs, h0, prefix, states, g_prefix, g_states, reverse, reset)
         return d_coeffs, d_inputs, (d_h0 if d_h0 is not None else coeffs.new_empty(0))
 
-    fwd_op = triton_op(f"scankit::{name}_fwd", mutates_args={})(fwd)
-    bwd_op = triton_op(f"scankit::{name}_bwd", mutates_args={})(bwd)
+    fwd_op = opaque_op(f"scankit::{name}_fwd", fwd)
+    bwd_op = opaque_op(f"scankit::{name}_bwd", bwd)
     fwd_op.register_fake(lambda coeffs, inputs, h0, return_prefix, reverse, reset: (
         empty_like_shape(coeffs.shape if return_prefix else (0,), coeffs), empty_like_shape(inputs.shape, inputs)))
     bwd_op.register_fake(lambda coeffs, h0, prefix, states, g_prefix, g_states, reverse, reset: (

@@ -37,7 +37,6 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op
 
 from . import common
 from .lang import idx, program, row, when
@@ -826,8 +825,8 @@ def _log_bwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optiona
     return d_coeffs, d_values, (d_h0 if d_h0 is not None else log_coeffs.new_empty(0))
 
 
-log_scan_fwd = triton_op("scankit::log_scan_fwd", mutates_args={})(_log_fwd)
-log_scan_bwd = triton_op("scankit::log_scan_bwd", mutates_args={})(_log_bwd)
+log_scan_fwd = common.opaque_op("scankit::log_scan_fwd", _log_fwd)
+log_scan_bwd = common.opaque_op("scankit::log_scan_bwd", _log_bwd)
 
 
 @log_scan_fwd.register_fake

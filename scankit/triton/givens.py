@@ -14,7 +14,6 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op
 
 from . import common
 from .common import cdiv, either, empty_like_shape as _empty, needs_int64, next_pow2, target_programs, with_autograd
@@ -199,8 +198,8 @@ def _rotation_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Op
     return d_angles, d_b, d_scale, d_gamma, d_h0
 
 
-rotation_scan_fwd = triton_op("scankit::rotation_scan_fwd", mutates_args={})(_rotation_fwd)
-rotation_scan_bwd = triton_op("scankit::rotation_scan_bwd", mutates_args={})(_rotation_bwd)
+rotation_scan_fwd = common.opaque_op("scankit::rotation_scan_fwd", _rotation_fwd)
+rotation_scan_bwd = common.opaque_op("scankit::rotation_scan_bwd", _rotation_bwd)
 
 
 @rotation_scan_fwd.register_fake
