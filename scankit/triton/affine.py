@@ -374,8 +374,8 @@ def _s(x, dims=5):
 # kernels took matrix_scan large fwd from 700-1280 to 370-620 us (generic, same run) and fwd+bwd
 # from 2959 to 1702 us (run 15, 32 lanes, 1 warp, 32 per SM). Run 15 had them 3-5x slower than
 # the generic kernels at lab (T = 64), so they took T >= 256 only ("min_t"); since the walking
-# tiles (8bbfb59) they are faster there too (tune_scans matrix2, session 18: lab fwd 12.9 vs
-# 20.8 us, fwd+bwd 32.2 vs 53.5), so they take every T.
+# tiles (8bbfb59) they are faster there too (tune_scans matrix2, session 18 call 2: lab fwd
+# 18.1 vs 27.7 us, fwd+bwd 38.8 vs 84.9), so they take every T.
 TWO_BY_TWO = {"enabled": True, "block_n": 32, "num_warps": 1, "per_sm": 32, "min_chunk": 16, "stages": None}
 
 

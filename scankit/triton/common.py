@@ -149,8 +149,9 @@ _STATUS: dict = {}
 
 def status_words(device: torch.device, n: int) -> torch.Tensor:
     """int64 (1 + n,) look-back words: the ticket word, then ``n`` status words. Eager calls
-    share one buffer per (device, stream), whose launches the stream orders; traced calls and
-    CUDA-graph captures get a zeroed buffer of their own (its fill is in the graph)."""
+    share one buffer per (device, stream), whose launches the stream orders; the custom ops'
+    calls (compiled graphs) and CUDA-graph captures get a zeroed buffer of their own (its fill
+    is in the graph)."""
     cuda = device.type == "cuda"
     if not getattr(_launching, "direct", False) or (cuda and torch.cuda.is_current_stream_capturing()):
         return torch.zeros(1 + n, device=device, dtype=torch.int64)
@@ -274,7 +275,8 @@ def _launch_bound(kernel, grid, args, meta):
 
 @contextlib.contextmanager
 def direct():
-    """Launch kernels straight to Triton inside this block (eager calls on real tensors)."""
+    """Eager calls on real tensors: inside this block the look-back kernels share one status
+    buffer per stream (``status_words``) and autograd's Eager path is taken."""
     before = getattr(_launching, "direct", False)
     _launching.direct = True
     try:
@@ -293,12 +295,10 @@ def opaque_op(name: str, impl):
     ``triton_op``). Traced, a kernel's strides became constants that inductor had to keep its
     buffers to; where it kept only their order and padded a buffer, the kernel read the wrong
     rows (``scripts/repro_compile.py --stride-order-only``: wrong grads, NOTES.md session 18).
-    The op's body runs with ``direct`` launches, as an eager call does."""
-    @functools.wraps(impl)
-    def body(*args):
-        with direct():
-            return impl(*args)
-    return torch.library.custom_op(name, mutates_args=())(body)
+    The body runs outside ``direct``: its look-back status words are a zeroed buffer of its
+    own, never the shared one (a CUDA-graph tree warms a graph up in its memory pool, where a
+    cached buffer would be a live allocation the graph does not own)."""
+    return torch.library.custom_op(name, mutates_args=())(impl)
 
 
 def traced(args) -> bool:
