@@ -288,10 +288,11 @@ def test_eager_calls_launch_triton_directly(op_name, monkeypatch):
 
 @pytest.fixture
 def two_by_two(monkeypatch):
-    """The 2x2 kernels switched on (the default, at every T)."""
+    """The 2x2 kernels switched on at every T (the default from T = 256 on a GPU)."""
     from scankit.triton import affine
 
     monkeypatch.setitem(affine.TWO_BY_TWO, "enabled", True)
+    monkeypatch.setitem(affine.TWO_BY_TWO, "min_t", 0)
 
 
 @pytest.mark.parametrize("T", [1, 13, 40])

@@ -370,18 +370,24 @@ def _s(x, dims=5):
 
 
 # The 2x2 kernels (matrix_scan, k = 2, v = 1): lanes per program, warps, programs per SM
-# they aim at when chunking T, shortest chunk, pipelining depth of the step loop. H200 sweeps (NOTES.md, session 4; runs 13-15): the 2x2
+# they aim at when chunking T, shortest chunk, pipelining depth of the step loop, and the
+# shortest T they take on the GPU. H200 sweeps (NOTES.md, session 4; runs 13-15): the 2x2
 # kernels took matrix_scan large fwd from 700-1280 to 370-620 us (generic, same run) and fwd+bwd
-# from 2959 to 1702 us (run 15, 32 lanes, 1 warp, 32 per SM). Run 15 had them 3-5x slower than
-# the generic kernels at lab (T = 64), so they took T >= 256 only ("min_t"); since the walking
-# tiles (8bbfb59) they are faster there too (tune_scans matrix2, session 18 call 2: lab fwd
-# 18.1 vs 27.7 us, fwd+bwd 38.8 vs 84.9), so they take every T.
-TWO_BY_TWO = {"enabled": True, "block_n": 32, "num_warps": 1, "per_sm": 32, "min_chunk": 16, "stages": None}
+# from 2959 to 1702 us (run 15, 32 lanes, 1 warp, 32 per SM). Below T = 256 ("min_t") the
+# generic kernels' single pass runs: session 18 gave the 2x2 kernels every T (c50bd40; asv,
+# 070f538 -> c50bd40, lab device time fwd 27.5 -> 18.0 us, fwd+bwd 84.5 -> 39.1), but their
+# chunked path makes 2 / 4 launches where the generic one makes 1 / 2, and lab's call latency
+# went 142.0 -> 198.6 us (fwd), 645.2 -> 978.0 (fwd+bwd): at host-bound shapes that is what a
+# caller feels. They take every T once they run lab in one launch (issue 15).
+TWO_BY_TWO = {"enabled": True, "block_n": 32, "num_warps": 1, "per_sm": 32, "min_chunk": 16, "stages": None,
+              "min_t": 256}
 
 
 def _two_by_two(A, V: int) -> bool:
-    """Whether the 2x2 kernels run this scan: every k = 2, v = 1 one, at any T."""
-    return TWO_BY_TWO["enabled"] and A.shape[3] == 2 and V == 1
+    """Whether the 2x2 kernels run this (k = 2, v = 1) scan; on the GPU only from
+    TWO_BY_TWO["min_t"] steps (below it the generic kernel's single pass costs less)."""
+    K, T = A.shape[3], A.shape[1]
+    return TWO_BY_TWO["enabled"] and K == 2 and V == 1 and (T >= TWO_BY_TWO["min_t"] or not on_gpu(A.device))
 
 
 def _geometry_2x2(A):
