@@ -217,8 +217,8 @@ GRID_Y = 65535
 def launch(kernel, grid, *args, **meta):
     """``kernel[grid](*args, **meta)``, bound once per specialization (``_launch_bound``).
     Every launch runs on real tensors: the custom ops are opaque to torch.compile
-    (``opaque_op``), which never traces into a launch. A 2-D grid (programs, lane tiles) is folded into x where its y would pass GRID_Y; such
-    kernels take ``FOLD`` (``lang.program``). Unfolded, the kernels keep the grid their
+    (``opaque_op``), which never traces into a launch. A 2-D grid (programs, lane tiles) is
+    folded into x where its y would pass GRID_Y; such kernels take ``FOLD`` (``lang.program``). Unfolded, the kernels keep the grid their
     launch knobs were measured with (the fold's index arithmetic changes register counts,
     hence programs per SM)."""
     if len(grid) == 2:
