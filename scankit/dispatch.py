@@ -31,10 +31,11 @@ def scan_mode() -> str:
 def checks_values(x) -> bool:
     """Whether to check the values of ``x`` (not only its shape): always on the CPU, where it
     is free; elsewhere only with ``SCANKIT_CHECK_VALUES=1``, since reading a GPU tensor's
-    values synchronises the host with the device; never while torch.compile traces."""
+    values synchronises the host with the device; never while torch.compile traces, nor on a
+    traced tensor (AOTAutograd's fake and functional tensors have no values to read)."""
     import torch
 
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or type(x) not in (torch.Tensor, torch.nn.Parameter):
         return False
     return x.device.type == "cpu" or os.environ.get("SCANKIT_CHECK_VALUES", "0") not in ("", "0")
 

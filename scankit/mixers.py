@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import dispatch, ops
+from . import dispatch, ops, reference
 
 SCAN_OPS = ("parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan")
 
@@ -30,9 +30,7 @@ def _scans(group):
                                     for name in SCAN_OPS})
 
 
-def log_g(x: torch.Tensor) -> torch.Tensor:
-    """log of minGRU's positive activation g(x) = x + 0.5 (x >= 0), sigmoid(x) (x < 0)."""
-    return torch.where(x >= 0, torch.log(F.relu(x) + 0.5), -F.softplus(-x))
+log_g = reference.log_g  # log of minGRU's activation g
 
 
 def givens_matrix(angles: torch.Tensor, k: int) -> torch.Tensor:
@@ -147,18 +145,22 @@ class MinGRU(_Mixer):
         return torch.full((B, self.hidden_size), 0.5, dtype=ref.dtype, device=ref.device)
 
     def _log_terms(self, x, delta_t):
-        k, pre_h = self.to_gate_hidden(x).chunk(2, dim=-1)
-        log_a = -F.softplus(k)
+        log_a, log_b = reference.mingru_log_terms(self.to_gate_hidden(x))
         log_gamma = self._log_gamma(delta_t, x)
         if log_gamma is not None:
             log_a = log_a + log_gamma
-        return log_a, -F.softplus(-k) + log_g(pre_h)
+        return log_a, log_b
 
     def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
+        """Without decay, packing or a process group: ``ops.mingru_scan`` of the projection, the gate
+        math inside the scan kernel; otherwise the log terms, then ``parallel_scan_log``."""
         self._check_x(x)
         h0 = self._state(h_0, self._sequences(x, cu_seqlens), x)
         if h_0 is not None and dispatch.checks_values(h0) and bool((h0 <= 0).any()):
             raise ValueError("MinGRU states are positive: h_0 must be > 0 everywhere")
+        if self.decay is None and cu_seqlens is None and group is None:
+            self._log_gamma(delta_t, x)  # raises on a delta_t without decay
+            return ops.mingru_scan(self.to_gate_hidden(x), h0=h0, return_final_state=return_final_state)
         log_a, log_b = self._log_terms(x, delta_t)
         return _scans(group).parallel_scan_log(log_a, log_b, log_h0=h0.log(), cu_seqlens=cu_seqlens,
                                                return_final_state=return_final_state)

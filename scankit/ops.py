@@ -284,6 +284,37 @@ def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
     ), return_final_state, reverse)
 
 
+def mingru_scan(gate_hidden: torch.Tensor, *, h0=None, return_final_state: bool = False):
+    """minGRU's recurrence from its pre-activations, the gate math fused into the scan.
+
+    gate_hidden (B, T, 2D) = [k | v], the gate and candidate pre-activations side by side (as
+    one projection gives them, ``MinGRU.to_gate_hidden``). Returns h (B, T, D) of
+    ``h_t = (1 - z_t) h_{t-1} + z_t g(v_t)``, z_t = sigmoid(k_t), g(v) = v + 1/2 (v >= 0),
+    sigmoid(v) (v < 0), from ``h0`` (B, D) >= 0 (zeros when None: minGRU's states are
+    positive). ``return_final_state=True`` returns ``(h, h_T)``; pass ``h0=h_T`` to the next piece.
+    Gradients flow to gate_hidden (one (B, T, 2D) tensor, as the projection wants it) and h0.
+    The kernel reads k, v once and does the gate math in registers, forward and backward (the
+    eager path is ``parallel_scan_log`` of the log terms). At g'(0) the kernel takes the
+    right-hand derivative 1 (g has a kink there; ``log_g``'s autograd gives 0)."""
+    _check_tensor("gate_hidden", gate_hidden, 3, "(B, T, 2D)")
+    _check_time("gate_hidden", gate_hidden)
+    B, T, D2 = gate_hidden.shape
+    if D2 % 2 or D2 < 2:
+        raise ValueError(f"gate_hidden must have shape (B, T, 2D) = [k | v] (an even last dim); got {tuple(gate_hidden.shape)}")
+    if h0 is not None:
+        _check_tensor("h0", h0, 2, "(B, D)")
+        _check_same("gate_hidden", gate_hidden, "h0", h0)
+        _check_shape("h0", h0, (B, D2 // 2), "(B, D)")
+        if dispatch.checks_values(h0) and bool((h0 < 0).any()):
+            raise ValueError("h0 must be >= 0 everywhere (minGRU's states are positive)")
+    return _with_final(dispatch.run(
+        "mingru_scan",
+        gate_hidden.device,
+        lambda: reference.mingru_scan(gate_hidden, h0),
+        lambda k: k.mingru_scan(gate_hidden, h0),
+    ), return_final_state)
+
+
 def matrix_scan(M: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bool = True,
                 return_final_state: bool = False, dim: int = 1, reverse: bool = False,
                 cu_seqlens=None):

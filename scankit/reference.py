@@ -62,6 +62,26 @@ def parallel_scan_log_resets(log_coeffs: torch.Tensor, log_values: torch.Tensor,
     return torch.exp(torch.logaddexp(la + log_h0.unsqueeze(1), lb))
 
 
+def log_g(x: torch.Tensor) -> torch.Tensor:
+    """log of minGRU's positive activation g(x) = x + 0.5 (x >= 0), sigmoid(x) (x < 0)."""
+    return torch.where(x >= 0, torch.log(F.relu(x) + 0.5), -F.softplus(-x))
+
+
+def mingru_log_terms(gate_hidden: torch.Tensor):
+    """minGRU's (log a, log b) from its pre-activations gate_hidden (..., 2D) = [k | v]:
+    a = 1 - sigmoid(k), b = sigmoid(k) g(v), in log space."""
+    k, v = gate_hidden.chunk(2, dim=-1)
+    return -F.softplus(k), -F.softplus(-k) + log_g(v)
+
+
+def mingru_scan(gate_hidden: torch.Tensor, h0=None) -> torch.Tensor:
+    """minGRU's states h_t = (1 - z_t) h_{t-1} + z_t g(v_t), z = sigmoid(k), from gate_hidden
+    (B, T, 2D) = [k | v] and h0 (B, D) >= 0 (zeros when None), in log space (``parallel_scan_log``)."""
+    log_a, log_b = mingru_log_terms(gate_hidden)
+    log_h0 = h0.log() if h0 is not None else log_a.new_full((log_a.shape[0], log_a.shape[2]), float("-inf"))
+    return parallel_scan_log(log_a, log_b, log_h0=log_h0)
+
+
 def _doubling(A: torch.Tensor, B: torch.Tensor, mul):
     """Inclusive Hillis-Steele scan of affine maps along dim 1; ``mul`` composes. Fresh
     tensors, never the inputs themselves (T = 1 included)."""

@@ -40,6 +40,19 @@ def log_loop(log_coeffs, log_values, reverse=False):
     return torch.stack(hs[::-1] if reverse else hs, 1)
 
 
+def mingru_loop(gate_hidden, h0=None):
+    """minGRU's states from its pre-activations [k | v] (B, T, 2D), in float64, step by step:
+    h_t = (1 - z_t) h_{t-1} + z_t g(v_t), z = sigmoid(k), g(v) = v + 1/2 (v >= 0), sigmoid(v)."""
+    k, v = gate_hidden.double().chunk(2, dim=-1)
+    z, g = torch.sigmoid(k), torch.where(v >= 0, v + 0.5, torch.sigmoid(v))
+    h = torch.zeros_like(k[:, 0]) if h0 is None else h0.double()
+    hs = []
+    for t in range(k.shape[1]):
+        h = (1 - z[:, t]) * h + z[:, t] * g[:, t]
+        hs.append(h)
+    return torch.stack(hs, 1)
+
+
 def oracle(op_name, inputs, h0=None):
     """The oracle's outputs for a registry op, as the op returns them (prefix form)."""
     if op_name == "parallel_scan_log":

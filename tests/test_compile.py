@@ -19,7 +19,8 @@ SMALL = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "li
 CUSTOM_OPS = {"parallel_scan_log": "log_scan", "linear_scan": "linear_scan", "linear_scan_state": "linear_scan",
               "matrix_scan": "affine_scan", "matrix_affine_scan": "affine_scan"}
 MIXERS = {
-    "MinGRU": (lambda: scankit.MinGRU(5, 6), "log_scan"),
+    "MinGRU": (lambda: scankit.MinGRU(5, 6), "mingru_scan"),
+    "MinGRU(decay)": (lambda: scankit.MinGRU(5, 6, decay=True), "log_scan"),
     "SignedMinGRU": (lambda: scankit.SignedMinGRU(5, 6, decay=True), "linear_scan"),
     "RotationMinGRU": (lambda: scankit.RotationMinGRU(5, 6, decay=True), "rotation_scan"),
     "GivensMinGRU": (lambda: scankit.GivensMinGRU(5, 16, block_size=8, rounds=2), "rotation_scan"),
@@ -270,6 +271,44 @@ def test_joint_trace_of_the_log_h0_form(seed, kernels_only):
         return (scankit.parallel_scan_log(lc, lv, log_h0=lh0) * torch.arange(5.0, device=lc.device)).sum()
 
     joint_trace_matches_eager(loss, xs, "log_scan")
+
+
+def mingru_loss(p, h0):
+    """A time-weighted loss of ``mingru_scan``'s states and final state (every step's gradient differs)."""
+    h, last = scankit.mingru_scan(p, h0=h0, return_final_state=True)
+    return (h * _time_weights(h)).sum() + 2 * last.sum()
+
+
+def mingru_inputs(T, seed, B=2, D=5):
+    g = torch.Generator().manual_seed(seed)
+    p, h0 = torch.randn(B, T, 2 * D, generator=g) * 2, torch.rand(B, D, generator=g)
+    return [x.to(DEVICE).requires_grad_() for x in (p, h0)]
+
+
+def test_joint_trace_of_mingru_scan(seed, kernels_only):
+    """mingru_scan (the gate math in the kernels) under AOTAutograd's fake-tensor trace: its ops
+    as graph nodes, the grads of gate_hidden and h0 equal to eager's."""
+    joint_trace_matches_eager(mingru_loss, mingru_inputs(9, seed), "mingru_scan")
+
+
+@gpu
+@pytest.mark.parametrize("mode", list(MODES))
+def test_inductor_mingru_scan_fwd_bwd(mode, seed, monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    torch._dynamo.reset()
+    compiled = torch.compile(mingru_loss, fullgraph=True, **MODES[mode])
+    for T in (13, 257):
+        inductor_matches_eager(compiled, mingru_loss, mingru_inputs(T, seed + T, B=4, D=64),
+                               calls=2 if mode == "cudagraphs" else 1)
+
+
+@gpu
+def test_inductor_mingru_scan_with_padded_buffers(seed, padded, monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    torch._dynamo.reset()
+    compiled = torch.compile(mingru_loss, fullgraph=True)
+    for T in (13, 257):
+        inductor_matches_eager(compiled, mingru_loss, mingru_inputs(T, seed + T, B=4, D=64))
 
 
 PUBLIC_OPS = ["parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan"]

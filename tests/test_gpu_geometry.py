@@ -82,6 +82,28 @@ def test_in_thread_walking_tiles_against_the_loop(form, T, seed, gpu_config):
     assert not {k for k, _ in gpu_config} & {"_fwd_lookback_kernel", "_bwd_lookback_kernel"}, gpu_config
 
 
+@pytest.mark.parametrize("T", [1, 13, 257])
+def test_mingru_scan_walks_in_thread(T, seed, gpu_config):
+    """minGRU's gate math in the in-thread tiles: gate_hidden (3, T, 2 x 208), k and v column
+    halves 208 apart (16-aligned), h0, both passes walked; states and grads against the loop."""
+    import scankit
+    from oracles import mingru_loop
+
+    B, D = 3, 208
+    g = torch.Generator().manual_seed(seed)
+    p = (torch.randn(B, T, 2 * D, generator=g) * 2).to(DEVICE).requires_grad_()
+    h0 = torch.rand(B, D, generator=g).to(DEVICE).requires_grad_()
+    h = scankit.mingru_scan(p, h0=h0)
+    ref_leaves = [x.detach().double().cpu().requires_grad_() for x in (p, h0)]
+    ref = mingru_loop(*ref_leaves)
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    w = torch.randn(ref.shape, dtype=torch.float64)
+    for got, want in zip(torch.autograd.grad((h * w.to(h)).sum(), (p, h0)), torch.autograd.grad((ref * w).sum(), ref_leaves)):
+        torch.testing.assert_close(got.cpu().double(), want, atol=1e-4, rtol=1e-5)
+    walked = _walked(gpu_config, "_fwd_kernel") + _walked(gpu_config, "_bwd_kernel")
+    assert len(walked) == 2 and all(m["GATE"] for m in walked), gpu_config
+
+
 def test_packed_sequences_walk_in_thread(seed, gpu_config):
     """B = 1 packed sequences, D = 640 (5 programs): resets in the in-thread tiles, with h0 and
     gradients, against one loop per sequence."""

@@ -329,19 +329,6 @@ def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_
     assert {"_fwd2_kernel", "_bwd2_kernel"} <= set(launches), launches
 
 
-@pytest.fixture(params=[("off", 1), ("always", 1), ("always", 3), ("always", 9), ("chunked", 2)], ids=lambda p: f"{p[0]}-prefix{p[1]}")
-def lookback(request, monkeypatch):
-    """The single-pass look-back kernels switched on; prefix_every > 1 makes look-backs
-    compose aggregates, over several windows of 4 at 9 (in-order interpreter programs never wait)."""
-    from scankit.triton import common
-
-    mode, every = request.param
-    monkeypatch.setitem(common.LOOKBACK, "linear", mode)
-    monkeypatch.setitem(common.LOOKBACK, "prefix_every", every)
-    monkeypatch.setitem(common.LOOKBACK, "window", 4)
-    return mode
-
-
 @pytest.mark.parametrize("T", [1, 13, 150])
 @pytest.mark.parametrize("op_name,dims", [("linear_scan", dict(B=1, D=33)), ("linear_scan_state", dict(B=2, D=5))])
 def test_lookback_kernels(op_name, dims, T, seed, lookback, launches):

@@ -20,6 +20,12 @@ def linear_scan(a, b, *, h0=None, return_prefix=True, reverse=False, reset=None)
     return (prod, h) if return_prefix else h
 
 
+def mingru_scan(gate_hidden, h0=None):
+    """minGRU's states from its pre-activations gate_hidden (B, T, 2D) = [k | v] (``ops.mingru_scan``)."""
+    check_envelope("mingru_scan", gate_hidden, h0)
+    return elementwise.mingru_scan(gate_hidden, h0)
+
+
 def matrix_affine_scan(A, B, *, h0=None, return_prefix=True, reverse=False):
     check_envelope("matrix_affine_scan", A, B, h0, kv=(A.shape[-1], B.shape[-1]))
     Abar, out = affine.affine_scan(A, B, h0, return_prefix, reverse, None)

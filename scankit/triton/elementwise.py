@@ -12,6 +12,11 @@ chunk in parallel, each program first folding the summaries of the chunks before
 it, backward) into its carry-in: two launches, no scan of the summaries in between;
 ``linear_scan`` runs single-pass with decoupled look-back there instead (``common.LOOKBACK``).
 
+With GATE (``mingru_scan``) the linear kernels read minGRU's pre-activations (k, v) where they
+would read (a, b) and form a = sigmoid(-k), b = sigmoid(k) g(v) in registers; the backward
+turns (da, db) into (dk, dv) there too, written as one (B, T, 2D) gradient: every path above
+(one pass, chunks, look-back, in-thread tiles) runs minGRU with no tensor of a or b.
+
 A scan from the end (``reverse``, constexpr REV) maps every time-indexed address through
 ``lang.row`` (step t at memory row T - 1 - t): the same kernels walk time backwards in place,
 their tiles, chunks, look-back and carries in scan order.
@@ -51,6 +56,42 @@ LOG_SPAN = tl.constexpr(1.1420073898156842e26)  # e^LOG_RANGE
 def _combine(a1, b1, a2, b2):
     """(a1, b1) then (a2, b2): x -> a2 (a1 x + b1) + b2."""
     return a1 * a2, a2 * b1 + b2
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _coeff(x, GATE: tl.constexpr):
+    """The coefficient a_t from what the coefficient pointer holds (fp32): a_t itself, or with
+    GATE (minGRU, ``gated_scan``) the gate pre-activation k_t, a_t = 1 - sigmoid(k_t) = sigmoid(-k_t)."""
+    if GATE:
+        x = _sigmoid(-x)
+    return x
+
+
+@triton.jit
+def _gate_ab(k, v, mask):
+    """minGRU's (a, b) from its pre-activations (fp32): a = sigmoid(-k), b = sigmoid(k) g(v) with
+    g(v) = v + 1/2 (v >= 0), sigmoid(v) (v < 0); the identity (1, 0) where masked."""
+    a = tl.where(mask, _sigmoid(-k), 1.0)
+    b = tl.where(mask, _sigmoid(k) * tl.where(v >= 0, v + 0.5, _sigmoid(v)), 0.0)
+    return a, b
+
+
+@triton.jit
+def _gate_grads(k, v, ghat, da):
+    """minGRU's input grads (dk, dv) from the recurrence's (da = g^_t h_{t-1}, db = g^_t):
+    dk = sigmoid(k) sigmoid(-k) (g^ g(v) - da), dv = g^ sigmoid(k) g'(v), g'(v) = 1 (v >= 0),
+    sigmoid(v) sigmoid(-v) (v < 0)."""
+    z, zc = _sigmoid(k), _sigmoid(-k)
+    sv = _sigmoid(v)
+    pos = v >= 0
+    dk = z * zc * (ghat * tl.where(pos, v + 0.5, sv) - da)
+    dv = ghat * z * tl.where(pos, 1.0, sv * _sigmoid(-v))
+    return dk, dv
 
 
 @triton.jit
@@ -110,9 +151,10 @@ def _fold_log_before(sa_ptr, sh_ptr, ell, bi, ci, NC, D, d, dmask):
 
 @triton.jit
 def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr,
-             V0: tl.constexpr, reset_ptr, T, HAS_RESET: tl.constexpr):
+             V0: tl.constexpr, reset_ptr, T, HAS_RESET: tl.constexpr, GATE: tl.constexpr = False):
     """A tile's coefficients and inputs in fp32: (a, b) with the identity (1, 0) where masked,
-    or for the log op (log a, log b_t from row t + V0) with the identity (0, -inf)."""
+    or for the log op (log a, log b_t from row t + V0) with the identity (0, -inf); with GATE
+    a_ptr, b_ptr hold minGRU's pre-activations (k, v) and (a, b) come from them (``_gate_ab``)."""
     a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
     if LOG:
         b_off = bi * sb_b + (rows + V0)[:, None] * sb_t + d[None, :] * sb_d
@@ -122,6 +164,8 @@ def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d
         b_off = bi * sb_b + rows[:, None] * sb_t + d[None, :] * sb_d
         a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
         b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        if GATE:
+            a, b = _gate_ab(a, b, mask)
     if HAS_RESET:  # packed sequences: the carry restarts at each one's first step
         a = tl.where(_resets(reset_ptr, rows, T)[:, None], float("-inf") if LOG else 0.0, a)
     return a, b
@@ -134,12 +178,12 @@ def _fwd_kernel(
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
 ):
     """Linear recurrence over this program's chunk. Main pass: states h (and running
     products when WRITE_A) from h_0, carried through the summaries of the chunks before this
     one (HAS_CARRY: carry_a, carry_h). SUMMARY: each chunk's (product of a, state from zero)
-    into out_a, out_h (B, NC, D)."""
+    into out_a, out_h (B, NC, D). GATE: a, b from minGRU's pre-activations (``_load_ab``)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -157,7 +201,7 @@ def _fwd_kernel(
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
         a, b = _load_ab(a_ptr, b_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
-                        reset_ptr, T, HAS_RESET)
+                        reset_ptr, T, HAS_RESET, GATE)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
@@ -206,7 +250,7 @@ def _log_fwd_kernel(
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
         lc, lv = _load_ab(lc_ptr, lv_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True,
-                          V0, reset_ptr, T, HAS_RESET)
+                          V0, reset_ptr, T, HAS_RESET, False)
         a, b = tl.exp(lc), tl.exp(lv)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
@@ -327,18 +371,18 @@ def _fwd_lookback_kernel(
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, WRITE_A: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
 ):
     """Single-pass forward of the linear recurrence: one (BLOCK_T, BLOCK_D) tile per program,
     its carry-in from the tiles before it by decoupled look-back (status words after the
-    ticket counter)."""
+    ticket counter). GATE as in ``_fwd_kernel``."""
     ti, bi, di, epoch = _lookback_program(status_ptr, NBD, ND, tl.cdiv(T, BLOCK_T) * NBD, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
     a, b = _load_ab(a_ptr, b_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
-                    reset_ptr, T, HAS_RESET)
+                    reset_ptr, T, HAS_RESET, GATE)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
     init_h = _initial_state(h0_ptr, bi, d, when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
@@ -354,7 +398,7 @@ def _fwd_lookback_kernel(
 
 @triton.jit
 def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.constexpr, reset_ptr,
-            HAS_RESET: tl.constexpr):
+            HAS_RESET: tl.constexpr, GATE: tl.constexpr):
     """a_{t+1} per row of a backward tile (0 past T and where step t + 1 resets; 1 on rows past
     T, the scan's identity)."""
     nxt = (rows + 1 < T)[:, None] & mask
@@ -362,14 +406,20 @@ def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.conste
     if HAS_RESET:
         nxt = nxt & ~_resets(reset_ptr, m, T)[:, None]
     c = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
-    return tl.where(valid[:, None], c.to(tl.float32), 1.0)
+    c = c.to(tl.float32)
+    if GATE:  # c held k_{t+1}
+        c = tl.where(nxt, _coeff(c, GATE), 0.0)
+    return tl.where(valid[:, None], c, 1.0)
 
 
 @triton.jit
-def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                  sa_b, sa_d, HAS_GA: tl.constexpr, REV: tl.constexpr, reset_ptr, T, HAS_RESET: tl.constexpr):
+def _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
+                  sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_GA: tl.constexpr, REV: tl.constexpr, reset_ptr, T,
+                  HAS_RESET: tl.constexpr, GATE: tl.constexpr):
     """Store a backward tile's da = g^_t h_{t-1} (+ the prefix grad's g^A_t A_{t-1}) and db = g^_t
-    (``off``: the tile's memory offsets; step t - 1 is a row before, or after with REV)."""
+    (``off``: the tile's memory offsets; step t - 1 is a row before, or after with REV). GATE:
+    minGRU's (dk, dv) from them (``_gate_grads``) into da_ptr, db_ptr, two column halves of one
+    contiguous (B, T, 2D) gradient (row stride 2D), from (k, v) at a_ptr, b_ptr."""
     first = (rows == 0)[:, None]
     later = mask & (rows >= 1)[:, None]
     back = -D if REV else D
@@ -380,23 +430,31 @@ def _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, of
     if HAS_GA:
         aprev = tl.load(aout_ptr + off - back, mask=later, other=1.0).to(tl.float32)
         da += gahat * tl.where(first, 1.0, aprev)
-    tl.store(db_ptr + off, ghat.to(db_ptr.dtype.element_ty), mask=mask)
+    db = ghat
+    if GATE:
+        m = row(rows, T, REV)
+        k = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=mask, other=0.0).to(tl.float32)
+        v = tl.load(b_ptr + bi * sb_b + m[:, None] * sb_t + d[None, :] * sb_d, mask=mask, other=0.0).to(tl.float32)
+        da, db = _gate_grads(k, v, ghat, da)
+        off = 2 * off - d[None, :]  # (bi T + m) D + d -> (bi T + m) 2D + d
+    tl.store(db_ptr + off, db.to(db_ptr.dtype.element_ty), mask=mask)
     tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _bwd_kernel(
-    a_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, carry_h_ptr, carry_a_ptr,
+    a_ptr, b_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, carry_h_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr, reset_ptr,
-    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sh_b, sh_d,
+    T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
 ):
     """Backward of the linear recurrence over this program's chunk, t descending, from g^
     (and the prefix grad's) after the chunk, carried through the summaries of the chunks
     after it (HAS_CARRY: sum_p, carry_h, carry_a). SUMMARY: each chunk's (product of
-    a_{t+1}, g^ from zero) and the prefix grad's into sum_p, carry_h, carry_a (B, NC, D)."""
+    a_{t+1}, g^ from zero) and the prefix grad's into sum_p, carry_h, carry_a (B, NC, D).
+    b_ptr is read only with GATE (minGRU's v; ``_linear_grads``)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -418,7 +476,7 @@ def _bwd_kernel(
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
         off = base + row(rows, T, REV)[:, None] * D
-        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET)
+        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
         ghat = c_run * g[None, :] + u_run
@@ -432,8 +490,8 @@ def _bwd_kernel(
         if SUMMARY:
             prod = prod * _last_row(c_run, BLOCK_T)
         else:
-            _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                          sa_b, sa_d, HAS_GA, REV, reset_ptr, T, HAS_RESET)
+            _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat,
+                          D, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_GA, REV, reset_ptr, T, HAS_RESET, GATE)
     if SUMMARY:
         tl.store(sum_p_ptr + side, prod, mask=dmask)
         tl.store(carry_h_ptr + side, g, mask=dmask)
@@ -441,6 +499,7 @@ def _bwd_kernel(
             tl.store(carry_a_ptr + side, ga, mask=dmask)
     elif HAS_H0:  # dL/dh_0 = a_0 g^_0 (g: g^ at row 0 once chunk 0 is walked)
         a0 = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        a0 = _coeff(a0, GATE)
         tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=when(ci == 0, dmask))
 
 
@@ -626,11 +685,11 @@ def _log_grads(dlc_ptr, dlv_ptr, dh0_ptr, bi, rows, mrows, off, mask, da, db, T,
 
 @triton.jit
 def _bwd_lookback_kernel(
-    a_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, status_ptr, da_ptr, db_ptr, dh0_ptr, reset_ptr,
-    T, D, NBD, ND, STRIDE_T, sa_b, sa_t, sa_d, sh_b, sh_d,
+    a_ptr, b_ptr, h0_ptr, gh_ptr, ga_ptr, hout_ptr, aout_ptr, status_ptr, da_ptr, db_ptr, dh0_ptr, reset_ptr,
+    T, D, NBD, ND, STRIDE_T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
 ):
     """Single-pass backward of the linear recurrence: ``_bwd_kernel``'s tile body, one tile
     per program, tiles taken from the end of time; the carry (g^ after the tile) by
@@ -643,7 +702,7 @@ def _bwd_lookback_kernel(
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
     off = bi * T * D + row(rows, T, REV)[:, None] * D + d[None, :]
-    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET)
+    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE)
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
     tot_c = _last_row(c_run, BLOCK_T)
@@ -663,10 +722,11 @@ def _bwd_lookback_kernel(
         gahat = c_run * ga[None, :] + ua_run
     last = tr == n_tiles - 1  # the tile holding t = 0
     h0 = _initial_state(h0_ptr, bi, d, when(last, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
-    _linear_grads(a_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
-                  sa_b, sa_d, HAS_GA, REV, reset_ptr, T, HAS_RESET)
+    _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
+                  sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_GA, REV, reset_ptr, T, HAS_RESET, GATE)
     if HAS_H0:  # dL/dh_0 = a_0 g^_0
         a0 = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
+        a0 = _coeff(a0, GATE)
         tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
                  mask=when(last, dmask))
 
@@ -694,12 +754,13 @@ def _geometry(a, log: bool, pass_: str, *rows):
     return block_t, block_d, warps, common.stages(log, pass_), cdiv(T, chunk), chunk
 
 
-def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=None):
+def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=None, gate: bool = False):
     """States (and running products when ``write_a``) of the elementwise recurrence: one
     pass, or where T is chunked a summary pass and the main pass, which folds the chunk
     summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead).
     ``reverse``: from the end of time (the log op's slot 0 stays log h_0, read in place).
-    ``reset``: int8 (T,) flags of the memory rows where a packed sequence's scan begins (B = 1)."""
+    ``reset``: int8 (T,) flags of the memory rows where a packed sequence's scan begins (B = 1).
+    ``gate``: a, b are minGRU's pre-activations (k, v), the linear recurrence's from them."""
     B, T, D = a.shape
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
@@ -709,11 +770,12 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
     if not log and common.use_lookback(nc):
         _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h, reset),
                          (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a,
-                         REV=reverse, HAS_RESET=reset is not None)
+                         REV=reverse, HAS_RESET=reset is not None, GATE=gate)
         return (out_a if write_a else None), out_h
     carry_a = carry_h = None
     if nc > 1:
-        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps, stages), reverse, reset)
+        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps, stages), reverse, reset,
+                                      gate)
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
@@ -723,7 +785,8 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
     else:
         common.launch(_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_a, out_h, reset, T, D, nc, chunk, B_nc,
-                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=write_a, **meta)
+                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=write_a,
+                      GATE=gate, **meta)
     return (out_a if write_a else None), out_h
 
 
@@ -742,7 +805,7 @@ def _launch_lookback(kernel, a, planes: int, before, after, strides, **flags):
     )
 
 
-def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset):
+def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset, gate):
     """Each chunk's summary (B, nc, D) x 2 from one pass: (product of a, state from zero),
     the log op's as (sum of log a, log state from zero); the main pass folds them."""
     B, T, D = a.shape
@@ -757,40 +820,48 @@ def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset):
                       *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
     else:
         common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, reset, T, D, nc, chunk, B * nc,
-                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True, **meta)
+                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True,
+                      GATE=gate, **meta)
     return sum_a, sum_h
 
 
-def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, reset=None):
+def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, reset=None, gate: bool = False):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs (the
     log op: of log_coeffs, log_values and log_h0, None in the slot-0 form); ``reverse`` as the
-    forward ran."""
+    forward ran. ``gate`` (a, b = minGRU's k, v): (dp, None, dh0), dp (B, T, 2D) = [dk | dv]."""
     B, T, D = a.shape
     gh = gh.contiguous()
     ga = ga.contiguous() if ga is not None else None
-    da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
-    db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
+    if gate:  # the two halves of one gradient, as the projection that gave k, v wants it
+        dp = torch.empty((B, T, 2 * D), device=a.device, dtype=a.dtype)
+        da, db = dp[..., :D], dp[..., D:]
+    else:
+        da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
+        db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
     dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if h0 is not None else None
+    grads = lambda: (dp, None, dh0) if gate else (da, db, dh0)  # noqa: E731
     if da.numel() == 0:
-        return da, db.zero_(), (dh0.zero_() if dh0 is not None else None)
+        da.zero_(), db.zero_(), (dh0.zero_() if dh0 is not None else None)
+        return grads()
     block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", a, gh, ga, hout, aout, da, db)
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
-        _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, h0, gh, ga, hout, aout),
-                         (da, db, dh0, reset), (*_strides3(a), *_h0_strides(h0)), HAS_H0=h0 is not None,
-                         HAS_GA=ga is not None, REV=reverse, HAS_RESET=reset is not None)
-        return da, db, dh0
+        _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, b, h0, gh, ga, hout, aout),
+                         (da, db, dh0, reset), (*_strides3(a), *_strides3(b), *_h0_strides(h0)),
+                         HAS_H0=h0 is not None, HAS_GA=ga is not None, REV=reverse, HAS_RESET=reset is not None,
+                         GATE=gate)
+        return grads()
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
-    consts = dict(I64=needs_int64(a, b, gh, hout), BLOCK_T=block_t, BLOCK_D=block_d,
+    consts = dict(I64=needs_int64(a, b, gh, hout, da), BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
         kernel, before, after = _log_bwd_kernel, (a, b, h0, gh, hout), (da, db, dh0)
         args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))
         consts.update(V0=int(h0 is None))
     else:
-        kernel, before, after = _bwd_kernel, (a, h0, gh, ga, hout, aout), (da, db, dh0)
-        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_h0_strides(h0))
-        consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None)
+        kernel, before, after = _bwd_kernel, (a, b, h0, gh, ga, hout, aout), (da, db, dh0)
+        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))
+        consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, GATE=gate)
     sum_p, sums = None, ((None,) if log else (None, None))
     if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
         sum_p = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
@@ -800,7 +871,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, re
                       HAS_CARRY=False, SUMMARY=True, **consts)
     common.launch(kernel, grid, *before, *sums, *after, sum_p, reset, *args, HAS_CARRY=nc > 1, SUMMARY=False,
                   **consts)
-    return da, db, dh0
+    return grads()
 
 
 linear_scan = common.prefix_scan_op(
@@ -810,6 +881,56 @@ linear_scan = common.prefix_scan_op(
     lambda a, h0, prod, h, g_prod, g_h, reverse, reset: _backward(
         a, a, h0, g_h, g_prod, h, prod if g_prod is not None else None, log=False, reverse=reverse, reset=reset),
 )
+
+
+def _mingru_fwd(gate_hidden: torch.Tensor, h0: Optional[torch.Tensor]) -> torch.Tensor:
+    D = gate_hidden.shape[2] // 2
+    return _forward(gate_hidden[..., :D], gate_hidden[..., D:], h0, log=False, write_a=False, gate=True)[1]
+
+
+def _mingru_bwd(gate_hidden: torch.Tensor, h0: Optional[torch.Tensor], h: torch.Tensor,
+                g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    D = gate_hidden.shape[2] // 2
+    d_gate_hidden, _, d_h0 = _backward(gate_hidden[..., :D], gate_hidden[..., D:], h0, g_h, None, h, None, log=False,
+                                       gate=True)
+    return d_gate_hidden, (d_h0 if d_h0 is not None else h.new_empty(0))
+
+
+mingru_scan_fwd = common.opaque_op("scankit::mingru_scan_fwd", _mingru_fwd)
+mingru_scan_bwd = common.opaque_op("scankit::mingru_scan_bwd", _mingru_bwd)
+
+
+@mingru_scan_fwd.register_fake
+def _(gate_hidden, h0):
+    B, T, D2 = gate_hidden.shape
+    return _empty((B, T, D2 // 2), gate_hidden)
+
+
+@mingru_scan_bwd.register_fake
+def _(gate_hidden, h0, h, g_h):
+    return _empty(gate_hidden.shape, gate_hidden), _empty(h0.shape if h0 is not None else (0,), gate_hidden)
+
+
+_mingru_bwd_call = common.either(mingru_scan_bwd, _mingru_bwd)
+
+
+def _mingru_setup(ctx, inputs, output):
+    ctx.has_h0 = inputs[1] is not None
+    ctx.save_for_backward(*inputs, output)
+
+
+def _mingru_backward(ctx, g_h):
+    gate_hidden, h0, h = ctx.saved_tensors
+    if g_h is None:
+        return None, None
+    d_gate_hidden, d_h0 = _mingru_bwd_call(gate_hidden, h0, h, g_h)
+    return d_gate_hidden, (d_h0 if ctx.has_h0 else None)
+
+
+# minGRU's recurrence from its pre-activations, the gate math in the linear kernels' registers:
+# gate_hidden (B, T, 2D) = [k | v], h0 (B, D) or None (zeros) -> h (B, T, D) of
+# h_t = sigmoid(-k_t) h_{t-1} + sigmoid(k_t) g(v_t); its backward gives d gate_hidden (B, T, 2D)
+mingru_scan = common.with_autograd(mingru_scan_fwd, _mingru_fwd, _mingru_setup, _mingru_backward)
 
 
 def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor],
