@@ -8,7 +8,7 @@ import importlib
 __version__ = "0.1.0"
 _EXPORTS = {
     "parallel_scan_log": "ops", "linear_scan": "ops", "matrix_scan": "ops", "matrix_affine_scan": "ops",
-    "mingru_scan": "ops",
+    "mingru_scan": "ops", "signed_mingru_scan": "ops",
     "ScanFallback": "dispatch", "available": "dispatch",
     "MinGRU": "mixers", "SignedMinGRU": "mixers", "RotationMinGRU": "mixers", "GivensMinGRU": "mixers",
     "MinGRUBlock": "mixers", "MinGRUStack": "mixers",

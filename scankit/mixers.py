@@ -182,17 +182,21 @@ class SignedMinGRU(_Mixer):
         return torch.zeros(B, self.hidden_size, dtype=ref.dtype, device=ref.device)
 
     def _terms(self, x, delta_t):
-        s, zk, pre_h = self.proj(x).chunk(3, dim=-1)
-        z = torch.sigmoid(zk)
-        a = (1 - z) * torch.tanh(s) if self.coupled else torch.tanh(s)
+        a, b = reference.signed_mingru_terms(self.proj(x), self.coupled)
         log_gamma = self._log_gamma(delta_t, x)
         if log_gamma is not None:
             a = a * log_gamma.exp()
-        return a, z * pre_h
+        return a, b
 
     def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
+        """Without decay, packing or a process group: ``ops.signed_mingru_scan`` of the projection,
+        the gate math inside the scan kernel; otherwise the terms, then ``linear_scan``."""
         self._check_x(x)
         h0 = None if h_0 is None else self._state(h_0, self._sequences(x, cu_seqlens), x)
+        if self.decay is None and cu_seqlens is None and group is None:
+            self._log_gamma(delta_t, x)  # raises on a delta_t without decay
+            return ops.signed_mingru_scan(self.proj(x), h0=h0, coupled=self.coupled,
+                                          return_final_state=return_final_state)
         a, b = self._terms(x, delta_t)
         return _scans(group).linear_scan(a, b, h0=h0, return_prefix=False, cu_seqlens=cu_seqlens,
                                          return_final_state=return_final_state)

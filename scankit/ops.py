@@ -284,6 +284,20 @@ def _linear_scan(a: torch.Tensor, b: torch.Tensor, *, h0=None, return_prefix: bo
     ), return_final_state, reverse)
 
 
+def _check_projection(name: str, proj, n: int, layout: str, h0) -> int:
+    """Validate a gated scan's projection (B, T, n D) and its h0 (B, D); returns D."""
+    _check_tensor(name, proj, 3, layout)
+    _check_time(name, proj)
+    B, T, nD = proj.shape
+    if nD % n or nD < n:
+        raise ValueError(f"{name} must have shape {layout} (a last dim divisible by {n}); got {tuple(proj.shape)}")
+    if h0 is not None:
+        _check_tensor("h0", h0, 2, "(B, D)")
+        _check_same(name, proj, "h0", h0)
+        _check_shape("h0", h0, (B, nD // n), "(B, D)")
+    return nD // n
+
+
 def mingru_scan(gate_hidden: torch.Tensor, *, h0=None, return_final_state: bool = False):
     """minGRU's recurrence from its pre-activations, the gate math fused into the scan.
 
@@ -296,22 +310,33 @@ def mingru_scan(gate_hidden: torch.Tensor, *, h0=None, return_final_state: bool 
     The kernel reads k, v once and does the gate math in registers, forward and backward (the
     eager path is ``parallel_scan_log`` of the log terms). At g'(0) the kernel takes the
     right-hand derivative 1 (g has a kink there; ``log_g``'s autograd gives 0)."""
-    _check_tensor("gate_hidden", gate_hidden, 3, "(B, T, 2D)")
-    _check_time("gate_hidden", gate_hidden)
-    B, T, D2 = gate_hidden.shape
-    if D2 % 2 or D2 < 2:
-        raise ValueError(f"gate_hidden must have shape (B, T, 2D) = [k | v] (an even last dim); got {tuple(gate_hidden.shape)}")
-    if h0 is not None:
-        _check_tensor("h0", h0, 2, "(B, D)")
-        _check_same("gate_hidden", gate_hidden, "h0", h0)
-        _check_shape("h0", h0, (B, D2 // 2), "(B, D)")
-        if dispatch.checks_values(h0) and bool((h0 < 0).any()):
-            raise ValueError("h0 must be >= 0 everywhere (minGRU's states are positive)")
+    _check_projection("gate_hidden", gate_hidden, 2, "(B, T, 2D) = [k | v]", h0)
+    if h0 is not None and dispatch.checks_values(h0) and bool((h0 < 0).any()):
+        raise ValueError("h0 must be >= 0 everywhere (minGRU's states are positive)")
     return _with_final(dispatch.run(
         "mingru_scan",
         gate_hidden.device,
         lambda: reference.mingru_scan(gate_hidden, h0),
         lambda k: k.mingru_scan(gate_hidden, h0),
+    ), return_final_state)
+
+
+def signed_mingru_scan(proj: torch.Tensor, *, h0=None, coupled: bool = False, return_final_state: bool = False):
+    """The signed minGRU's recurrence from its pre-activations, the gate math fused into the scan.
+
+    proj (B, T, 3D) = [s | zk | v] (``SignedMinGRU.proj``). Returns h (B, T, D) of
+    ``h_t = a_t h_{t-1} + z_t v_t``, z_t = sigmoid(zk_t), a_t = tanh(s_t), or with ``coupled``
+    a_t = (1 - z_t) tanh(s_t), from ``h0`` (B, D) (zeros when None); ``return_final_state=True``
+    returns ``(h, h_T)``. Gradients flow to proj (one (B, T, 3D) tensor) and h0. The kernel
+    reads s, zk, v once and forms a, b in registers, forward and backward (the eager path is
+    ``linear_scan`` of the terms)."""
+    _check_projection("proj", proj, 3, "(B, T, 3D) = [s | zk | v]", h0)
+    _check_flag("coupled", coupled)
+    return _with_final(dispatch.run(
+        "signed_mingru_scan",
+        proj.device,
+        lambda: reference.signed_mingru_scan(proj, h0, coupled),
+        lambda k: k.signed_mingru_scan(proj, h0, coupled),
     ), return_final_state)
 
 

@@ -82,6 +82,20 @@ def mingru_scan(gate_hidden: torch.Tensor, h0=None) -> torch.Tensor:
     return parallel_scan_log(log_a, log_b, log_h0=log_h0)
 
 
+def signed_mingru_terms(proj: torch.Tensor, coupled: bool = False):
+    """The signed minGRU's (a, b) from its pre-activations proj (..., 3D) = [s | zk | v]:
+    a = tanh(s) (times 1 - sigmoid(zk) when ``coupled``), b = sigmoid(zk) v."""
+    s, zk, v = proj.chunk(3, dim=-1)
+    z = torch.sigmoid(zk)
+    return ((1 - z) * torch.tanh(s) if coupled else torch.tanh(s)), z * v
+
+
+def signed_mingru_scan(proj: torch.Tensor, h0=None, coupled: bool = False) -> torch.Tensor:
+    """The signed minGRU's states h_t = a_t h_{t-1} + b_t (``signed_mingru_terms``) from h0 (B, D)."""
+    a, b = signed_mingru_terms(proj, coupled)
+    return linear_scan(a, b, h0=h0, return_prefix=False)
+
+
 def _doubling(A: torch.Tensor, B: torch.Tensor, mul):
     """Inclusive Hillis-Steele scan of affine maps along dim 1; ``mul`` composes. Fresh
     tensors, never the inputs themselves (T = 1 included)."""

@@ -88,9 +88,12 @@ def _shape_classes():
             yield f"linear_scan state h0 {cls} {dtype}", "linear_scan", (a, b), dict(h0=h0, return_prefix=False)
             yield f"parallel_scan_log {cls} {dtype}", "parallel_scan_log", (a.log().neg(), r(B, T + 1, D, dtype=dtype)), {}
             yield f"parallel_scan_log log_h0 {cls} {dtype}", "parallel_scan_log", (a.log().neg(), b), dict(log_h0=h0)
-            gate_hidden = r(B, T, 2 * D, dtype=dtype)  # minGRU's pre-activations (GATE)
+            gate_hidden, proj = r(B, T, 2 * D, dtype=dtype), r(B, T, 3 * D, dtype=dtype)  # the gates (GATE)
             yield f"mingru_scan {cls} {dtype}", "mingru_scan", (gate_hidden,), {}
             yield f"mingru_scan h0 {cls} {dtype}", "mingru_scan", (gate_hidden,), dict(h0=h0)
+            for coupled in (False, True):
+                yield f"signed_mingru_scan coupled={coupled} h0 {cls} {dtype}", "signed_mingru_scan", (proj,), \
+                    dict(h0=h0, coupled=coupled)
             if dtype == torch.float32:  # the kernels' reversed time (REV)
                 yield f"linear_scan reverse {cls}", "linear_scan", (a, b), dict(reverse=True)
                 yield f"linear_scan state h0 reverse {cls}", "linear_scan", (a, b), \

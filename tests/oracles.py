@@ -53,6 +53,20 @@ def mingru_loop(gate_hidden, h0=None):
     return torch.stack(hs, 1)
 
 
+def signed_loop(proj, h0=None, coupled=False):
+    """The signed minGRU's states from its pre-activations [s | zk | v] (B, T, 3D), in float64,
+    step by step: h_t = a_t h_{t-1} + z_t v_t, z = sigmoid(zk), a = tanh(s) (times 1 - z coupled)."""
+    s, zk, v = proj.double().chunk(3, dim=-1)
+    z = torch.sigmoid(zk)
+    a = torch.tanh(s) * (1 - z if coupled else 1)
+    h = torch.zeros_like(s[:, 0]) if h0 is None else h0.double()
+    hs = []
+    for t in range(s.shape[1]):
+        h = a[:, t] * h + z[:, t] * v[:, t]
+        hs.append(h)
+    return torch.stack(hs, 1)
+
+
 def oracle(op_name, inputs, h0=None):
     """The oracle's outputs for a registry op, as the op returns them (prefix form)."""
     if op_name == "parallel_scan_log":

@@ -19,9 +19,10 @@ SMALL = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "li
 CUSTOM_OPS = {"parallel_scan_log": "log_scan", "linear_scan": "linear_scan", "linear_scan_state": "linear_scan",
               "matrix_scan": "affine_scan", "matrix_affine_scan": "affine_scan"}
 MIXERS = {
-    "MinGRU": (lambda: scankit.MinGRU(5, 6), "mingru_scan"),
+    "MinGRU": (lambda: scankit.MinGRU(5, 6), "gated_scan"),
     "MinGRU(decay)": (lambda: scankit.MinGRU(5, 6, decay=True), "log_scan"),
-    "SignedMinGRU": (lambda: scankit.SignedMinGRU(5, 6, decay=True), "linear_scan"),
+    "SignedMinGRU(coupled)": (lambda: scankit.SignedMinGRU(5, 6, coupled=True), "gated_scan"),
+    "SignedMinGRU(decay)": (lambda: scankit.SignedMinGRU(5, 6, decay=True), "linear_scan"),
     "RotationMinGRU": (lambda: scankit.RotationMinGRU(5, 6, decay=True), "rotation_scan"),
     "GivensMinGRU": (lambda: scankit.GivensMinGRU(5, 16, block_size=8, rounds=2), "rotation_scan"),
 }
@@ -273,42 +274,51 @@ def test_joint_trace_of_the_log_h0_form(seed, kernels_only):
     joint_trace_matches_eager(loss, xs, "log_scan")
 
 
-def mingru_loss(p, h0):
-    """A time-weighted loss of ``mingru_scan``'s states and final state (every step's gradient differs)."""
-    h, last = scankit.mingru_scan(p, h0=h0, return_final_state=True)
-    return (h * _time_weights(h)).sum() + 2 * last.sum()
+GATED = {"mingru": (lambda p, **kw: scankit.mingru_scan(p, **kw), 2),
+         "signed_coupled": (lambda p, **kw: scankit.signed_mingru_scan(p, coupled=True, **kw), 3)}
 
 
-def mingru_inputs(T, seed, B=2, D=5):
+def gated_loss(gate):
+    """A time-weighted loss of a gated scan's states and final state (every step's gradient differs)."""
+    def loss(p, h0):
+        h, last = GATED[gate][0](p, h0=h0, return_final_state=True)
+        return (h * _time_weights(h)).sum() + 2 * last.sum()
+    return loss
+
+
+def gated_inputs(gate, T, seed, B=2, D=5):
     g = torch.Generator().manual_seed(seed)
-    p, h0 = torch.randn(B, T, 2 * D, generator=g) * 2, torch.rand(B, D, generator=g)
+    p, h0 = torch.randn(B, T, GATED[gate][1] * D, generator=g) * 2, torch.rand(B, D, generator=g)
     return [x.to(DEVICE).requires_grad_() for x in (p, h0)]
 
 
-def test_joint_trace_of_mingru_scan(seed, kernels_only):
-    """mingru_scan (the gate math in the kernels) under AOTAutograd's fake-tensor trace: its ops
-    as graph nodes, the grads of gate_hidden and h0 equal to eager's."""
-    joint_trace_matches_eager(mingru_loss, mingru_inputs(9, seed), "mingru_scan")
+@pytest.mark.parametrize("gate", list(GATED))
+def test_joint_trace_of_gated_scans(gate, seed, kernels_only):
+    """The gated scans (the gate math in the kernels) under AOTAutograd's fake-tensor trace: their
+    ops as graph nodes, the grads of the projection and h0 equal to eager's."""
+    joint_trace_matches_eager(gated_loss(gate), gated_inputs(gate, 9, seed), "gated_scan")
 
 
 @gpu
 @pytest.mark.parametrize("mode", list(MODES))
-def test_inductor_mingru_scan_fwd_bwd(mode, seed, monkeypatch):
+@pytest.mark.parametrize("gate", list(GATED))
+def test_inductor_gated_scan_fwd_bwd(gate, mode, seed, monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     torch._dynamo.reset()
-    compiled = torch.compile(mingru_loss, fullgraph=True, **MODES[mode])
+    compiled = torch.compile(gated_loss(gate), fullgraph=True, **MODES[mode])
     for T in (13, 257):
-        inductor_matches_eager(compiled, mingru_loss, mingru_inputs(T, seed + T, B=4, D=64),
+        inductor_matches_eager(compiled, gated_loss(gate), gated_inputs(gate, T, seed + T, B=4, D=64),
                                calls=2 if mode == "cudagraphs" else 1)
 
 
 @gpu
-def test_inductor_mingru_scan_with_padded_buffers(seed, padded, monkeypatch):
+@pytest.mark.parametrize("gate", list(GATED))
+def test_inductor_gated_scan_with_padded_buffers(gate, seed, padded, monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     torch._dynamo.reset()
-    compiled = torch.compile(mingru_loss, fullgraph=True)
+    compiled = torch.compile(gated_loss(gate), fullgraph=True)
     for T in (13, 257):
-        inductor_matches_eager(compiled, mingru_loss, mingru_inputs(T, seed + T, B=4, D=64))
+        inductor_matches_eager(compiled, gated_loss(gate), gated_inputs(gate, T, seed + T, B=4, D=64))
 
 
 PUBLIC_OPS = ["parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan"]

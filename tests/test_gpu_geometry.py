@@ -83,19 +83,23 @@ def test_in_thread_walking_tiles_against_the_loop(form, T, seed, gpu_config):
 
 
 @pytest.mark.parametrize("T", [1, 13, 257])
-def test_mingru_scan_walks_in_thread(T, seed, gpu_config):
-    """minGRU's gate math in the in-thread tiles: gate_hidden (3, T, 2 x 208), k and v column
-    halves 208 apart (16-aligned), h0, both passes walked; states and grads against the loop."""
+@pytest.mark.parametrize("gate", ["mingru", "signed coupled"])
+def test_gated_scans_walk_in_thread(gate, T, seed, gpu_config):
+    """The gates' math in the in-thread tiles: the projection (3, T, n x 208), its operand blocks
+    208 columns apart (16-aligned), h0, both passes walked; states and grads against the loop."""
     import scankit
-    from oracles import mingru_loop
+    from oracles import mingru_loop, signed_loop
 
-    B, D = 3, 208
+    B, D, n = 3, 208, 2 if gate == "mingru" else 3
     g = torch.Generator().manual_seed(seed)
-    p = (torch.randn(B, T, 2 * D, generator=g) * 2).to(DEVICE).requires_grad_()
+    p = (torch.randn(B, T, n * D, generator=g) * 2).to(DEVICE).requires_grad_()
     h0 = torch.rand(B, D, generator=g).to(DEVICE).requires_grad_()
-    h = scankit.mingru_scan(p, h0=h0)
+    if gate == "mingru":
+        h, loop = scankit.mingru_scan(p, h0=h0), mingru_loop
+    else:
+        h, loop = scankit.signed_mingru_scan(p, h0=h0, coupled=True), lambda *x: signed_loop(*x, coupled=True)
     ref_leaves = [x.detach().double().cpu().requires_grad_() for x in (p, h0)]
-    ref = mingru_loop(*ref_leaves)
+    ref = loop(*ref_leaves)
     torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=1e-5, rtol=1e-5)
     w = torch.randn(ref.shape, dtype=torch.float64)
     for got, want in zip(torch.autograd.grad((h * w.to(h)).sum(), (p, h0)), torch.autograd.grad((ref * w).sum(), ref_leaves)):

@@ -23,7 +23,14 @@ def linear_scan(a, b, *, h0=None, return_prefix=True, reverse=False, reset=None)
 def mingru_scan(gate_hidden, h0=None):
     """minGRU's states from its pre-activations gate_hidden (B, T, 2D) = [k | v] (``ops.mingru_scan``)."""
     check_envelope("mingru_scan", gate_hidden, h0)
-    return elementwise.mingru_scan(gate_hidden, h0)
+    return elementwise.gated_scan(gate_hidden, h0, 1)
+
+
+def signed_mingru_scan(proj, h0=None, coupled=False):
+    """The signed minGRU's states from its pre-activations proj (B, T, 3D) = [s | zk | v]
+    (``ops.signed_mingru_scan``)."""
+    check_envelope("signed_mingru_scan", proj, h0)
+    return elementwise.gated_scan(proj, h0, 3 if coupled else 2)
 
 
 def matrix_affine_scan(A, B, *, h0=None, return_prefix=True, reverse=False):

@@ -12,10 +12,11 @@ chunk in parallel, each program first folding the summaries of the chunks before
 it, backward) into its carry-in: two launches, no scan of the summaries in between;
 ``linear_scan`` runs single-pass with decoupled look-back there instead (``common.LOOKBACK``).
 
-With GATE (``mingru_scan``) the linear kernels read minGRU's pre-activations (k, v) where they
-would read (a, b) and form a = sigmoid(-k), b = sigmoid(k) g(v) in registers; the backward
-turns (da, db) into (dk, dv) there too, written as one (B, T, 2D) gradient: every path above
-(one pass, chunks, look-back, in-thread tiles) runs minGRU with no tensor of a or b.
+With GATE (``gated_scan``: ``mingru_scan``, ``signed_mingru_scan``) the linear kernels read a
+projection's pre-activations where they would read (a, b) and form (a, b) in registers (minGRU:
+a = sigmoid(-k), b = sigmoid(k) g(v)); the backward turns (da, db) into the pre-activations'
+grads there too, written as one (B, T, n D) gradient: every path above (one pass, chunks,
+look-back, in-thread tiles) runs the gated recurrences with no tensor of a or b.
 
 A scan from the end (``reverse``, constexpr REV) maps every time-indexed address through
 ``lang.row`` (step t at memory row T - 1 - t): the same kernels walk time backwards in place,
@@ -64,34 +65,82 @@ def _sigmoid(x):
 
 
 @triton.jit
-def _coeff(x, GATE: tl.constexpr):
-    """The coefficient a_t from what the coefficient pointer holds (fp32): a_t itself, or with
-    GATE (minGRU, ``gated_scan``) the gate pre-activation k_t, a_t = 1 - sigmoid(k_t) = sigmoid(-k_t)."""
-    if GATE:
-        x = _sigmoid(-x)
-    return x
+def _tanh(x):
+    """tanh from exp (no tanh in Triton's core language): (1 - e) / (1 + e) with e = exp(-2|x|),
+    its odd series below |x| = 1/8, where 1 - e would cancel (relative error ~1e-9 there)."""
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    x2 = x * x
+    series = x * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 - x2 * 0.05396825396825397)))
+    return tl.where(tl.abs(x) < 0.125, series, tl.where(x < 0, -t, t))
 
 
 @triton.jit
-def _gate_ab(k, v, mask):
-    """minGRU's (a, b) from its pre-activations (fp32): a = sigmoid(-k), b = sigmoid(k) g(v) with
-    g(v) = v + 1/2 (v >= 0), sigmoid(v) (v < 0); the identity (1, 0) where masked."""
-    a = tl.where(mask, _sigmoid(-k), 1.0)
-    b = tl.where(mask, _sigmoid(k) * tl.where(v >= 0, v + 0.5, _sigmoid(v)), 0.0)
-    return a, b
+def _sech2(x):
+    """1 - tanh(x)^2 = 4e / (1 + e)^2, e = exp(-2|x|): no cancellation where tanh nears 1."""
+    e = tl.exp(-2.0 * tl.abs(x))
+    return 4.0 * e / ((1.0 + e) * (1.0 + e))
+
+
+# The gates (constexpr GATE): the recurrence's (a, b) formed in registers from a projection's
+# pre-activations, read where (a, b) would be: 1, minGRU: (k, v) at (a_ptr, b_ptr), a = sigmoid(-k),
+# b = sigmoid(k) g(v), g(v) = v + 1/2 (v >= 0), sigmoid(v) (v < 0); 2, the signed minGRU:
+# (s, zk, v), s at a_ptr, zk D columns after it, v at b_ptr, a = tanh(s), b = sigmoid(zk) v;
+# 3, its coupled form, a = (1 - sigmoid(zk)) tanh(s). ``_gate_mid`` reads zk (GATE >= 2).
+@triton.jit
+def _gate_mid(a_ptr, off, D, sa_d, mask, GATE: tl.constexpr):
+    """The signed gates' zk (fp32) at a_ptr offsets ``off`` + D columns; zeros (unread) for minGRU."""
+    if GATE >= 2:
+        m = tl.load(a_ptr + off + D * sa_d, mask=mask, other=0.0).to(tl.float32)
+    else:
+        m = tl.zeros_like(off).to(tl.float32)
+    return m
 
 
 @triton.jit
-def _gate_grads(k, v, ghat, da):
-    """minGRU's input grads (dk, dv) from the recurrence's (da = g^_t h_{t-1}, db = g^_t):
-    dk = sigmoid(k) sigmoid(-k) (g^ g(v) - da), dv = g^ sigmoid(k) g'(v), g'(v) = 1 (v >= 0),
-    sigmoid(v) sigmoid(-v) (v < 0)."""
-    z, zc = _sigmoid(k), _sigmoid(-k)
-    sv = _sigmoid(v)
-    pos = v >= 0
-    dk = z * zc * (ghat * tl.where(pos, v + 0.5, sv) - da)
-    dv = ghat * z * tl.where(pos, 1.0, sv * _sigmoid(-v))
-    return dk, dv
+def _gate_coeff(x, m, GATE: tl.constexpr):
+    """The gate's coefficient a from its first operand x (k or s) and zk = m."""
+    if GATE == 1:
+        a = _sigmoid(-x)
+    else:
+        a = _tanh(x)
+        if GATE == 3:
+            a = a * _sigmoid(-m)
+    return a
+
+
+@triton.jit
+def _gate_ab(x, m, v, mask, GATE: tl.constexpr):
+    """The gate's (a, b) from its operands (x = k or s, m = zk, v); the identity (1, 0) where masked."""
+    if GATE == 1:
+        b = _sigmoid(x) * tl.where(v >= 0, v + 0.5, _sigmoid(v))
+    else:
+        b = _sigmoid(m) * v
+    return tl.where(mask, _gate_coeff(x, m, GATE), 1.0), tl.where(mask, b, 0.0)
+
+
+@triton.jit
+def _gate_grads(x, m, v, ghat, da, GATE: tl.constexpr):
+    """The gate's operand grads (dx, dm, dv) from the recurrence's da = g^_t h_{t-1}, db = g^_t.
+    minGRU: dk = sigmoid(k) sigmoid(-k) (g^ g(v) - da), dv = g^ sigmoid(k) g'(v), g'(v) = 1 (v >= 0),
+    sigmoid(v) sigmoid(-v) (v < 0); signed: ds = da c sech^2(s), dzk = z (1 - z) (g^ v - [coupled] da tanh(s)),
+    dv = g^ z, with z = sigmoid(zk), c = 1 - z coupled, else 1 (dm = 0 for minGRU)."""
+    if GATE == 1:
+        z, zc = _sigmoid(x), _sigmoid(-x)
+        sv = _sigmoid(v)
+        pos = v >= 0
+        dx = z * zc * (ghat * tl.where(pos, v + 0.5, sv) - da)
+        dm = dx * 0.0
+        dv = ghat * z * tl.where(pos, 1.0, sv * _sigmoid(-v))
+    else:
+        z, zc = _sigmoid(m), _sigmoid(-m)
+        dx = da * _sech2(x)
+        dm = z * zc * ghat * v
+        if GATE == 3:
+            dm -= z * zc * da * _tanh(x)
+            dx = dx * zc
+        dv = ghat * z
+    return dx, dm, dv
 
 
 @triton.jit
@@ -151,10 +200,10 @@ def _fold_log_before(sa_ptr, sh_ptr, ell, bi, ci, NC, D, d, dmask):
 
 @triton.jit
 def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, LOG: tl.constexpr,
-             V0: tl.constexpr, reset_ptr, T, HAS_RESET: tl.constexpr, GATE: tl.constexpr = False):
+             V0: tl.constexpr, reset_ptr, T, HAS_RESET: tl.constexpr, GATE: tl.constexpr, D):
     """A tile's coefficients and inputs in fp32: (a, b) with the identity (1, 0) where masked,
     or for the log op (log a, log b_t from row t + V0) with the identity (0, -inf); with GATE
-    a_ptr, b_ptr hold minGRU's pre-activations (k, v) and (a, b) come from them (``_gate_ab``)."""
+    a_ptr, b_ptr hold a gate's pre-activations and (a, b) come from them (``_gate_ab``)."""
     a_off = bi * sa_b + rows[:, None] * sa_t + d[None, :] * sa_d
     if LOG:
         b_off = bi * sb_b + (rows + V0)[:, None] * sb_t + d[None, :] * sb_d
@@ -165,7 +214,7 @@ def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d
         a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
         b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
         if GATE:
-            a, b = _gate_ab(a, b, mask)
+            a, b = _gate_ab(a, _gate_mid(a_ptr, a_off, D, sa_d, mask, GATE), b, mask, GATE)
     if HAS_RESET:  # packed sequences: the carry restarts at each one's first step
         a = tl.where(_resets(reset_ptr, rows, T)[:, None], float("-inf") if LOG else 0.0, a)
     return a, b
@@ -183,7 +232,7 @@ def _fwd_kernel(
     """Linear recurrence over this program's chunk. Main pass: states h (and running
     products when WRITE_A) from h_0, carried through the summaries of the chunks before this
     one (HAS_CARRY: carry_a, carry_h). SUMMARY: each chunk's (product of a, state from zero)
-    into out_a, out_h (B, NC, D). GATE: a, b from minGRU's pre-activations (``_load_ab``)."""
+    into out_a, out_h (B, NC, D). GATE: a, b from a gate's pre-activations (``_load_ab``)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -201,7 +250,7 @@ def _fwd_kernel(
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
         a, b = _load_ab(a_ptr, b_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
-                        reset_ptr, T, HAS_RESET, GATE)
+                        reset_ptr, T, HAS_RESET, GATE, D)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
         if not SUMMARY:
@@ -250,7 +299,7 @@ def _log_fwd_kernel(
         rows = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
         mask = (rows < T)[:, None] & dmask[None, :]
         lc, lv = _load_ab(lc_ptr, lv_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, True,
-                          V0, reset_ptr, T, HAS_RESET, False)
+                          V0, reset_ptr, T, HAS_RESET, 0, D)
         a, b = tl.exp(lc), tl.exp(lv)
         a_run, b_run = tl.associative_scan((a, b), 0, _combine)
         hs = a_run * h[None, :] + b_run
@@ -382,7 +431,7 @@ def _fwd_lookback_kernel(
     rows = ti * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (rows < T)[:, None] & dmask[None, :]
     a, b = _load_ab(a_ptr, b_ptr, bi, row(rows, T, REV), d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, False, 0,
-                    reset_ptr, T, HAS_RESET, GATE)
+                    reset_ptr, T, HAS_RESET, GATE, D)
     a_run, b_run = tl.associative_scan((a, b), 0, _combine)
     tot_a, tot_h = _last_row(a_run, BLOCK_T), _last_row(b_run, BLOCK_T)
     init_h = _initial_state(h0_ptr, bi, d, when(ti == 0, dmask), sh_b, sh_d, HAS_H0, BLOCK_D)
@@ -398,18 +447,28 @@ def _fwd_lookback_kernel(
 
 @triton.jit
 def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.constexpr, reset_ptr,
-            HAS_RESET: tl.constexpr, GATE: tl.constexpr):
+            HAS_RESET: tl.constexpr, GATE: tl.constexpr, D):
     """a_{t+1} per row of a backward tile (0 past T and where step t + 1 resets; 1 on rows past
     T, the scan's identity)."""
     nxt = (rows + 1 < T)[:, None] & mask
     m = row(rows + 1, T, REV)
     if HAS_RESET:
         nxt = nxt & ~_resets(reset_ptr, m, T)[:, None]
-    c = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0)
-    c = c.to(tl.float32)
-    if GATE:  # c held k_{t+1}
-        c = tl.where(nxt, _coeff(c, GATE), 0.0)
+    off = bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d
+    c = tl.load(a_ptr + off, mask=nxt, other=0.0).to(tl.float32)
+    if GATE:  # c held the gate's first operand at step t + 1
+        c = tl.where(nxt, _gate_coeff(c, _gate_mid(a_ptr, off, D, sa_d, nxt, GATE), GATE), 0.0)
     return tl.where(valid[:, None], c, 1.0)
+
+
+@triton.jit
+def _first_a(a_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, REV: tl.constexpr, GATE: tl.constexpr, D):
+    """a at step 0 of these columns (fp32), for dL/dh_0 = a_0 g^_0."""
+    off = bi * sa_b + row(0, T, REV) * sa_t + d * sa_d
+    a0 = tl.load(a_ptr + off, mask=dmask, other=0.0).to(tl.float32)
+    if GATE:
+        a0 = _gate_coeff(a0, _gate_mid(a_ptr, off, D, sa_d, dmask, GATE), GATE)
+    return a0
 
 
 @triton.jit
@@ -418,8 +477,9 @@ def _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows
                   HAS_RESET: tl.constexpr, GATE: tl.constexpr):
     """Store a backward tile's da = g^_t h_{t-1} (+ the prefix grad's g^A_t A_{t-1}) and db = g^_t
     (``off``: the tile's memory offsets; step t - 1 is a row before, or after with REV). GATE:
-    minGRU's (dk, dv) from them (``_gate_grads``) into da_ptr, db_ptr, two column halves of one
-    contiguous (B, T, 2D) gradient (row stride 2D), from (k, v) at a_ptr, b_ptr."""
+    the gate's operand grads from them (``_gate_grads``) into one contiguous (B, T, n D) gradient
+    of its n operands (n = 2 for minGRU, 3 signed): the first operand's at da_ptr, v's at db_ptr,
+    zk's D columns after da_ptr."""
     first = (rows == 0)[:, None]
     later = mask & (rows >= 1)[:, None]
     back = -D if REV else D
@@ -433,10 +493,15 @@ def _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows
     db = ghat
     if GATE:
         m = row(rows, T, REV)
-        k = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=mask, other=0.0).to(tl.float32)
+        x_off = bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d
+        x = tl.load(a_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
         v = tl.load(b_ptr + bi * sb_b + m[:, None] * sb_t + d[None, :] * sb_d, mask=mask, other=0.0).to(tl.float32)
-        da, db = _gate_grads(k, v, ghat, da)
-        off = 2 * off - d[None, :]  # (bi T + m) D + d -> (bi T + m) 2D + d
+        da, dm, db = _gate_grads(x, _gate_mid(a_ptr, x_off, D, sa_d, mask, GATE), v, ghat, da, GATE)
+        if GATE == 1:
+            off = 2 * off - d[None, :]  # (bi T + m) D + d -> (bi T + m) 2D + d
+        else:
+            off = 3 * off - 2 * d[None, :]  # -> (bi T + m) 3D + d
+            tl.store(da_ptr + off + D, dm.to(da_ptr.dtype.element_ty), mask=mask)
     tl.store(db_ptr + off, db.to(db_ptr.dtype.element_ty), mask=mask)
     tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
 
@@ -454,7 +519,7 @@ def _bwd_kernel(
     (and the prefix grad's) after the chunk, carried through the summaries of the chunks
     after it (HAS_CARRY: sum_p, carry_h, carry_a). SUMMARY: each chunk's (product of
     a_{t+1}, g^ from zero) and the prefix grad's into sum_p, carry_h, carry_a (B, NC, D).
-    b_ptr is read only with GATE (minGRU's v; ``_linear_grads``)."""
+    b_ptr is read only with GATE (the gate's v; ``_linear_grads``)."""
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -476,7 +541,7 @@ def _bwd_kernel(
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
         off = base + row(rows, T, REV)[:, None] * D
-        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE)
+        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE, D)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
         ghat = c_run * g[None, :] + u_run
@@ -498,8 +563,7 @@ def _bwd_kernel(
         if HAS_GA:
             tl.store(carry_a_ptr + side, ga, mask=dmask)
     elif HAS_H0:  # dL/dh_0 = a_0 g^_0 (g: g^ at row 0 once chunk 0 is walked)
-        a0 = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-        a0 = _coeff(a0, GATE)
+        a0 = _first_a(a_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, REV, GATE, D)
         tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=when(ci == 0, dmask))
 
 
@@ -702,7 +766,7 @@ def _bwd_lookback_kernel(
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
     off = bi * T * D + row(rows, T, REV)[:, None] * D + d[None, :]
-    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE)
+    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE, D)
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
     tot_c = _last_row(c_run, BLOCK_T)
@@ -725,8 +789,7 @@ def _bwd_lookback_kernel(
     _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
                   sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_GA, REV, reset_ptr, T, HAS_RESET, GATE)
     if HAS_H0:  # dL/dh_0 = a_0 g^_0
-        a0 = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
-        a0 = _coeff(a0, GATE)
+        a0 = _first_a(a_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, REV, GATE, D)
         tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
                  mask=when(last, dmask))
 
@@ -754,13 +817,13 @@ def _geometry(a, log: bool, pass_: str, *rows):
     return block_t, block_d, warps, common.stages(log, pass_), cdiv(T, chunk), chunk
 
 
-def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=None, gate: bool = False):
+def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=None, gate: int = 0):
     """States (and running products when ``write_a``) of the elementwise recurrence: one
     pass, or where T is chunked a summary pass and the main pass, which folds the chunk
     summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead).
     ``reverse``: from the end of time (the log op's slot 0 stays log h_0, read in place).
     ``reset``: int8 (T,) flags of the memory rows where a packed sequence's scan begins (B = 1).
-    ``gate``: a, b are minGRU's pre-activations (k, v), the linear recurrence's from them."""
+    ``gate``: a, b are a gate's first and last pre-activations (``GATES``), the recurrence's from them."""
     B, T, D = a.shape
     out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
@@ -825,16 +888,18 @@ def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset, gate):
     return sum_a, sum_h
 
 
-def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, reset=None, gate: bool = False):
+def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, reset=None, gate: int = 0):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs (the
     log op: of log_coeffs, log_values and log_h0, None in the slot-0 form); ``reverse`` as the
-    forward ran. ``gate`` (a, b = minGRU's k, v): (dp, None, dh0), dp (B, T, 2D) = [dk | dv]."""
+    forward ran. ``gate`` (a, b = a gate's first and last operands): (dp, None, dh0), dp
+    (B, T, n D) the grads of its n operands side by side."""
     B, T, D = a.shape
     gh = gh.contiguous()
     ga = ga.contiguous() if ga is not None else None
-    if gate:  # the two halves of one gradient, as the projection that gave k, v wants it
-        dp = torch.empty((B, T, 2 * D), device=a.device, dtype=a.dtype)
-        da, db = dp[..., :D], dp[..., D:]
+    if gate:  # one gradient of the gate's operands, as the projection that gave them wants it
+        n = GATES[gate][1]
+        dp = torch.empty((B, T, n * D), device=a.device, dtype=a.dtype)
+        da, db = dp[..., :D], dp[..., (n - 1) * D:]
     else:
         da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
         db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
@@ -883,54 +948,63 @@ linear_scan = common.prefix_scan_op(
 )
 
 
-def _mingru_fwd(gate_hidden: torch.Tensor, h0: Optional[torch.Tensor]) -> torch.Tensor:
-    D = gate_hidden.shape[2] // 2
-    return _forward(gate_hidden[..., :D], gate_hidden[..., D:], h0, log=False, write_a=False, gate=True)[1]
+# The gates' (name, operands): gated_scan(proj (B, T, n D), h0, gate) scans the recurrence whose
+# (a, b) the gate forms from proj's n column blocks (kernel doc above ``_gate_mid``)
+GATES = {1: ("minGRU [k | v]", 2), 2: ("signed minGRU [s | zk | v]", 3), 3: ("coupled signed minGRU [s | zk | v]", 3)}
 
 
-def _mingru_bwd(gate_hidden: torch.Tensor, h0: Optional[torch.Tensor], h: torch.Tensor,
-                g_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    D = gate_hidden.shape[2] // 2
-    d_gate_hidden, _, d_h0 = _backward(gate_hidden[..., :D], gate_hidden[..., D:], h0, g_h, None, h, None, log=False,
-                                       gate=True)
-    return d_gate_hidden, (d_h0 if d_h0 is not None else h.new_empty(0))
+def _operands(proj: torch.Tensor, gate: int):
+    """The gate's first and last operand blocks of proj (views): what the kernels take as (a, b)."""
+    D = proj.shape[2] // GATES[gate][1]
+    return proj[..., :D], proj[..., proj.shape[2] - D:]
 
 
-mingru_scan_fwd = common.opaque_op("scankit::mingru_scan_fwd", _mingru_fwd)
-mingru_scan_bwd = common.opaque_op("scankit::mingru_scan_bwd", _mingru_bwd)
+def _gated_fwd(proj: torch.Tensor, h0: Optional[torch.Tensor], gate: int) -> torch.Tensor:
+    return _forward(*_operands(proj, gate), h0, log=False, write_a=False, gate=gate)[1]
 
 
-@mingru_scan_fwd.register_fake
-def _(gate_hidden, h0):
-    B, T, D2 = gate_hidden.shape
-    return _empty((B, T, D2 // 2), gate_hidden)
+def _gated_bwd(proj: torch.Tensor, h0: Optional[torch.Tensor], h: torch.Tensor, g_h: torch.Tensor,
+               gate: int) -> tuple[torch.Tensor, torch.Tensor]:
+    d_proj, _, d_h0 = _backward(*_operands(proj, gate), h0, g_h, None, h, None, log=False, gate=gate)
+    return d_proj, (d_h0 if d_h0 is not None else h.new_empty(0))
 
 
-@mingru_scan_bwd.register_fake
-def _(gate_hidden, h0, h, g_h):
-    return _empty(gate_hidden.shape, gate_hidden), _empty(h0.shape if h0 is not None else (0,), gate_hidden)
+gated_scan_fwd = common.opaque_op("scankit::gated_scan_fwd", _gated_fwd)
+gated_scan_bwd = common.opaque_op("scankit::gated_scan_bwd", _gated_bwd)
 
 
-_mingru_bwd_call = common.either(mingru_scan_bwd, _mingru_bwd)
+@gated_scan_fwd.register_fake
+def _(proj, h0, gate):
+    B, T, nD = proj.shape
+    return _empty((B, T, nD // GATES[gate][1]), proj)
 
 
-def _mingru_setup(ctx, inputs, output):
-    ctx.has_h0 = inputs[1] is not None
-    ctx.save_for_backward(*inputs, output)
+@gated_scan_bwd.register_fake
+def _(proj, h0, h, g_h, gate):
+    return _empty(proj.shape, proj), _empty(h0.shape if h0 is not None else (0,), proj)
 
 
-def _mingru_backward(ctx, g_h):
-    gate_hidden, h0, h = ctx.saved_tensors
+_gated_bwd_call = common.either(gated_scan_bwd, _gated_bwd)
+
+
+def _gated_setup(ctx, inputs, output):
+    proj, h0, ctx.gate = inputs
+    ctx.has_h0 = h0 is not None
+    ctx.save_for_backward(proj, h0, output)
+
+
+def _gated_backward(ctx, g_h):
+    proj, h0, h = ctx.saved_tensors
     if g_h is None:
-        return None, None
-    d_gate_hidden, d_h0 = _mingru_bwd_call(gate_hidden, h0, h, g_h)
-    return d_gate_hidden, (d_h0 if ctx.has_h0 else None)
+        return None, None, None
+    d_proj, d_h0 = _gated_bwd_call(proj, h0, h, g_h, ctx.gate)
+    return d_proj, (d_h0 if ctx.has_h0 else None), None
 
 
-# minGRU's recurrence from its pre-activations, the gate math in the linear kernels' registers:
-# gate_hidden (B, T, 2D) = [k | v], h0 (B, D) or None (zeros) -> h (B, T, D) of
-# h_t = sigmoid(-k_t) h_{t-1} + sigmoid(k_t) g(v_t); its backward gives d gate_hidden (B, T, 2D)
-mingru_scan = common.with_autograd(mingru_scan_fwd, _mingru_fwd, _mingru_setup, _mingru_backward)
+# A gated recurrence from its pre-activations, the gate math in the linear kernels' registers:
+# proj (B, T, n D), h0 (B, D) or None (zeros), gate (``GATES``) -> h (B, T, D); its backward
+# gives d proj (B, T, n D) and dh0
+gated_scan = common.with_autograd(gated_scan_fwd, _gated_fwd, _gated_setup, _gated_backward)
 
 
 def _log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor, log_h0: Optional[torch.Tensor],
