@@ -87,7 +87,11 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 # copy), fwd+bwd 1257 -> 1107; at (B, 4096, 1024) the forward walks faster from B = 8 (64
 # programs) on, the backward from B = 24 (192; at 128 the look-back's was 593 against 421 us).
 # Not the log op: with its exps the one-warp walk is issue-bound (large fwd 496 -> 963 us).
-IN_THREAD = {"tile": (16, 128, 1), "stages": {"fwd": 4, "bwd": 3}, "programs_per_sm": {"fwd": 0.45, "bwd": 1.25}}
+# A gated backward (``elementwise.gated_scan``: the pre-activations' grads formed in registers)
+# walks "gated_bwd_rows" rows a tile: at 16 rows (and at 8, any stages) its sm_90 build spills
+# 0.4-6.7 KB per thread, at 4 none (168-218 registers; compile_for_gpu --resources, session 19).
+IN_THREAD = {"tile": (16, 128, 1), "stages": {"fwd": 4, "bwd": 3}, "programs_per_sm": {"fwd": 0.45, "bwd": 1.25},
+             "gated_bwd_rows": 4}
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 

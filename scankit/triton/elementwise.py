@@ -802,14 +802,17 @@ def _h0_strides(h0):
     return (h0.stride(0), h0.stride(1)) if h0 is not None else (0, 0)
 
 
-def _geometry(a, log: bool, pass_: str, *rows):
+def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
     """(BLOCK_T, BLOCK_D, warps, pipelining stages, chunks, chunk length) for (B, T, D) inputs
     ``a`` in pass ``pass_`` ("fwd" / "bwd") over the tensors ``rows`` it reads and writes: the
-    in-thread walking tiles where they apply (``common.in_thread_walk``), else enough T-chunks of
-    the family's tiles to fill the device; chunks a whole number of tiles long."""
+    in-thread walking tiles where they apply (``common.in_thread_walk``; a gated backward walks
+    ``IN_THREAD["gated_bwd_rows"]`` rows a tile), else enough T-chunks of the family's tiles to
+    fill the device; chunks a whole number of tiles long."""
     B, T, D = a.shape
     if not log and common.in_thread_walk(a.device, B, D, pass_, *rows):
         block_t, block_d, warps = common.IN_THREAD["tile"]
+        if gate and pass_ == "bwd":
+            block_t = common.IN_THREAD["gated_bwd_rows"]
         return block_t, block_d, warps, common.IN_THREAD["stages"][pass_], 1, cdiv(T, block_t) * block_t
     block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device)
@@ -908,7 +911,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, re
     if da.numel() == 0:
         da.zero_(), db.zero_(), (dh0.zero_() if dh0 is not None else None)
         return grads()
-    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", a, gh, ga, hout, aout, da, db)
+    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", a, gh, ga, hout, aout, da, db, gate=gate)
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
         _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, b, h0, gh, ga, hout, aout),
                          (da, db, dh0, reset), (*_strides3(a), *_strides3(b), *_h0_strides(h0)),
