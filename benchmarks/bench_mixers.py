@@ -1,5 +1,5 @@
 """Mixers as trained: a GivensMinGRU step, fused kernel path vs the generic path (MixerStep),
-and whole MinGRU layers against plain torch and cuDNN (Layers)."""
+and whole MinGRU / SignedMinGRU layers against plain torch and cuDNN (Layers)."""
 from benchmarks._adapter import cached, long_setup_cache, require_cell
 from benchmarks.harness import grid
 
@@ -31,13 +31,13 @@ class MixerStep:
 
 
 class Layers:
-    """One training step of a MinGRU layer (issue 19): scankit's on the kernels beside the
-    same layer in plain torch, eager and compiled, and nn.GRU (cuDNN); fp32 and bf16 autocast
-    (benchmarks.harness.layers). Only ``kernel`` measures the commit; the rest are reference
-    cells, measured once per machine and torch."""
+    """One training step of a MinGRU or SignedMinGRU layer (issue 19): scankit's on the kernels
+    beside the same layer in plain torch, eager and compiled, and nn.GRU (cuDNN); fp32 and bf16
+    autocast (benchmarks.harness.layers). Only ``kernel`` measures the commit; the rest are
+    reference cells, measured once per machine and torch."""
 
-    params = [list(grid.LAYER_SHAPES), list(grid.LAYER_IMPLS), list(grid.LAYER_DTYPES)]
-    param_names = ["shape", "impl", "dtype"]
+    params = [list(grid.LAYER_MIXERS), list(grid.LAYER_SHAPES), list(grid.LAYER_IMPLS), list(grid.LAYER_DTYPES)]
+    param_names = ["mixer", "shape", "impl", "dtype"]
     timeout = 1800
 
     @long_setup_cache
@@ -46,17 +46,17 @@ class Layers:
 
         return suite.layer_cells()
 
-    def setup(self, cells, shape, impl, dtype):
-        require_cell(cells, "seconds", (shape, impl, dtype))
+    def setup(self, cells, mixer, shape, impl, dtype):
+        require_cell(cells, "seconds", (mixer, shape, impl, dtype))
 
-    def track_step_time(self, cells, shape, impl, dtype):
-        return cached(cells["seconds"], (shape, impl, dtype))
+    def track_step_time(self, cells, mixer, shape, impl, dtype):
+        return cached(cells["seconds"], (mixer, shape, impl, dtype))
 
     track_step_time.unit = "seconds"
     track_step_time.version = VERSION
 
-    def track_peak_cuda_memory(self, cells, shape, impl, dtype):
-        return cached(cells["peak_bytes"], (shape, impl, dtype))
+    def track_peak_cuda_memory(self, cells, mixer, shape, impl, dtype):
+        return cached(cells["peak_bytes"], (mixer, shape, impl, dtype))
 
     track_peak_cuda_memory.unit = "bytes"
     track_peak_cuda_memory.version = VERSION

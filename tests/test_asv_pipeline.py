@@ -94,8 +94,9 @@ def test_every_benchmark_body_ran_on_the_cpu(smoke):
     steps = asv_values(smoke["results"], "bench_mixers.MixerStep.track_step_time")
     assert all(v > 0 for v in steps.values())
     layer_steps = asv_values(smoke["results"], "bench_mixers.Layers.track_step_time")
-    for (shape, impl, dtype), v in layer_steps.items():  # the smoke run skips torch.compile and bf16
-        assert (v > 0) if impl != "plain_compile" and dtype == "fp32" else math.isnan(v), (shape, impl, dtype, v)
+    assert {k[0] for k in layer_steps} == set(grid.LAYER_MIXERS)
+    for (mixer, shape, impl, dtype), v in layer_steps.items():  # the smoke run skips torch.compile and bf16
+        assert (v > 0) if impl != "plain_compile" and dtype == "fp32" else math.isnan(v), (mixer, shape, impl, dtype, v)
 
 
 def test_times_are_recorded_with_samples_and_statistics(smoke):

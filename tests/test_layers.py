@@ -2,6 +2,7 @@
 is the same layer as scankit.MinGRU (against a float64 loop over time, outputs and gradients),
 every impl's training step yields the input's and every weight's gradient, and the suite's
 layer cells measure or skip every cell with a reason."""
+import itertools
 import math
 
 import pytest
@@ -45,18 +46,40 @@ def test_plain_mingru_is_scankits_layer(T, seed, scan_mode):
             torch.testing.assert_close(g, g_want, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("T", [1, 13, 257])
+def test_plain_signed_mingru_is_scankits_layer(T, seed, scan_mode):
+    """PlainSignedMinGRU (a doubling scan in plain torch) and scankit.SignedMinGRU with its weights
+    against the float64 loop: outputs and the grads of x and every weight."""
+    from oracles import signed_loop
+
+    scan_mode("eager")
+    torch.manual_seed(seed)
+    plain, ours = layers.PlainSignedMinGRU(5, 6).double(), scankit.SignedMinGRU(5, 6).double()
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(3, T, 5, dtype=torch.float64, requires_grad=True)
+    for module in (plain, ours):
+        want = signed_loop(module.proj(x))
+        got = module(x)
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+        w = torch.randn_like(want)
+        leaves = [x, *module.parameters()]
+        for g, g_want in zip(torch.autograd.grad((got * w).sum(), leaves), torch.autograd.grad((want * w).sum(), leaves)):
+            torch.testing.assert_close(g, g_want, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("mixer", grid.LAYER_MIXERS)
 @pytest.mark.parametrize("impl", [i for i in grid.LAYER_IMPLS if i != "plain_compile"])
-def test_every_layer_step_gives_input_and_weight_grads(impl, scan_mode):
+def test_every_layer_step_gives_input_and_weight_grads(impl, mixer, scan_mode):
     """The timed step: grads of x and of every parameter, finite; the kernel layer and the
     plain layer, built with the same seed, have the same weights and the same grads."""
     scan_mode("triton" if impl == "kernel" else "eager")
-    step = layers.train_step(impl, B=2, T=13, d=4, dtype="fp32", device="cpu")
+    step = layers.train_step(impl, B=2, T=13, d=4, dtype="fp32", device="cpu", mixer=mixer)
     grads = step()
-    module = layers.layer(impl, 4)
+    module = layers.layer(impl, 4, mixer)
     assert len(grads) == 1 + len(list(module.parameters()))
     assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
     if impl == "kernel":
-        plain = layers.train_step("plain_eager", B=2, T=13, d=4, dtype="fp32", device="cpu")()
+        plain = layers.train_step("plain_eager", B=2, T=13, d=4, dtype="fp32", device="cpu", mixer=mixer)()
         for g, g_plain in zip(grads, plain):
             torch.testing.assert_close(g, g_plain, rtol=1e-4, atol=1e-5)
 
@@ -64,6 +87,8 @@ def test_every_layer_step_gives_input_and_weight_grads(impl, scan_mode):
 def test_bad_layer_arguments_are_named():
     with pytest.raises(ValueError, match="impl must be one of kernel, plain_eager, plain_compile, cudnn_gru; got 'gru'"):
         layers.layer("gru", 4)
+    with pytest.raises(ValueError, match="mixer must be one of MinGRU, SignedMinGRU; got 'Givens'"):
+        layers.layer("kernel", 4, "Givens")
     with pytest.raises(ValueError, match="dtype must be one of fp32, bf16; got 'fp16'"):
         layers.train_step("plain_eager", 2, 3, 4, "fp16", device="cpu")
 
@@ -78,10 +103,9 @@ def test_layer_cells_measure_or_skip_every_cell(monkeypatch):
     cells = suite.layer_cells()
     assert not cells["failed"], cells["failed"]
     shape = next(iter(grid.LAYER_SHAPES))
-    for impl in grid.LAYER_IMPLS:
-        for dtype in grid.LAYER_DTYPES:
-            key = (shape, impl, dtype)
-            if impl == "plain_compile" or dtype == "bf16":
-                assert cells["skipped"][key] == "smoke run on the CPU"
-            else:
-                assert cells["seconds"][key] > 0 and not math.isnan(cells["seconds"][key])
+    for mixer, impl, dtype in itertools.product(grid.LAYER_MIXERS, grid.LAYER_IMPLS, grid.LAYER_DTYPES):
+        key = (mixer, shape, impl, dtype)
+        if impl == "plain_compile" or dtype == "bf16":
+            assert cells["skipped"][key] == "smoke run on the CPU"
+        else:
+            assert cells["seconds"][key] > 0 and not math.isnan(cells["seconds"][key])

@@ -159,20 +159,22 @@ def test_layer_table_compares_with_compiled_plain_torch():
 
     shape = next(iter(grid.LAYER_SHAPES))
     B, T, d = grid.LAYER_SHAPES[shape]
-    cells = dict(seconds={(shape, "kernel", "fp32"): 1e-3, (shape, "plain_compile", "fp32"): 2e-3,
-                          (shape, "plain_eager", "fp32"): 4e-3, (shape, "kernel", "bf16"): 1e-3,
-                          (shape, "plain_compile", "bf16"): 1.2e-3},
-                 peak_bytes={(shape, "kernel", "fp32"): 2**20, (shape, "plain_compile", "fp32"): 2**21,
-                             (shape, "kernel", "bf16"): 2**20, (shape, "plain_compile", "bf16"): 2**21})
-    rows = {(r["shape"], r["dtype"]): r for r in report.layer_rows(cells)}
-    fp32, bf16 = rows[f"({B}, {T}, {d})", "fp32"], rows[f"({B}, {T}, {d})", "bf16"]
+    m = "SignedMinGRU"
+    cells = dict(seconds={(m, shape, "kernel", "fp32"): 1e-3, (m, shape, "plain_compile", "fp32"): 2e-3,
+                          (m, shape, "plain_eager", "fp32"): 4e-3, (m, shape, "kernel", "bf16"): 1e-3,
+                          (m, shape, "plain_compile", "bf16"): 1.2e-3},
+                 peak_bytes={(m, shape, "kernel", "fp32"): 2**20, (m, shape, "plain_compile", "fp32"): 2**21,
+                             (m, shape, "kernel", "bf16"): 2**20, (m, shape, "plain_compile", "bf16"): 2**21})
+    rows = {(r["mixer"], r["shape"], r["dtype"]): r for r in report.layer_rows(cells)}
+    assert {k[0] for k in rows} == set(grid.LAYER_MIXERS)
+    fp32, bf16 = rows[m, f"({B}, {T}, {d})", "fp32"], rows[m, f"({B}, {T}, {d})", "bf16"]
     assert fp32["speedup"] == pytest.approx(2.0) and fp32["memory"] == pytest.approx(0.5) and fp32["met"] is True
     assert bf16["speedup"] == pytest.approx(1.2) and bf16["met"] is False
     assert fp32["mtokens"] == pytest.approx(B * T / 1e-3 / 1e6) and fp32["ms"]["cudnn_gru"] is None
-    assert all(r["met"] is None for k, r in rows.items() if k[0] != f"({B}, {T}, {d})")
+    assert all(r["met"] is None for k, r in rows.items() if k[:2] != (m, f"({B}, {T}, {d})"))
     mem = dict(env=ENV, rows=[], ratios=[], layers=list(rows.values()), impls=grid.LAYER_IMPLS,
                target=report.LAYER_TARGET)
     md = report.render("scan_memory", mem)
-    assert f"| ({B}, {T}, {d}) | fp32 | 1.00 | 4.00 | 2.00 | n/a | " in md and "| 2.00× | 0.50× | yes |" in md
+    assert f"| {m} | ({B}, {T}, {d}) | fp32 | 1.00 | 4.00 | 2.00 | n/a | " in md and "| 2.00× | 0.50× | yes |" in md
     assert "| 1.20× | 0.50× | **no** |" in md
     assert "Whole layers" not in report.render("scan_memory", dict(env=ENV, rows=[], ratios=[]))

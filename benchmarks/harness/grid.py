@@ -83,10 +83,12 @@ def skip_reason(op_name: str, shape: str, impl: str):
         return "compiling the doubling reference at this T takes minutes"
     return None
 # Whole layers as users train them (benchmarks.bench_mixers.Layers, issue 19): one training step
-# of a MinGRU layer, (B, T, width), scankit's on the kernels ("kernel") beside the same layer in
-# plain torch (benchmarks.harness.layers.PlainMinGRU) eager and under torch.compile, and
-# torch.nn.GRU (cuDNN) of the same width; fp32 and bf16 autocast. Only "kernel" measures the
-# commit: the others are reference cells, measured once per machine and torch.
+# of a MinGRU / SignedMinGRU layer, (B, T, width), scankit's on the kernels ("kernel") beside the
+# same layer in plain torch (benchmarks.harness.layers.PlainMinGRU / PlainSignedMinGRU) eager and
+# under torch.compile, and torch.nn.GRU (cuDNN) of the same width (one set of cells for both
+# mixers); fp32 and bf16 autocast. Only "kernel" measures the commit: the others are reference
+# cells, measured once per machine and torch.
+LAYER_MIXERS = ("MinGRU", "SignedMinGRU")
 LAYER_SHAPES = {"8x512x256": (8, 512, 256), "64x256x512": (64, 256, 512), "16x2048x512": (16, 2048, 512),
                 "32x4096x1024": (32, 4096, 1024), "4x16384x1024": (4, 16384, 1024)}
 LAYER_IMPLS = ("kernel", "plain_eager", "plain_compile", "cudnn_gru")

@@ -1,10 +1,13 @@
-"""Whole layers as a user trains them (issue 19): one training step of a MinGRU layer of width
-d, forward and backward into the input and every weight from a fixed random grad output.
+"""Whole layers as a user trains them (issue 19): one training step of a MinGRU or SignedMinGRU
+layer of width d, forward and backward into the input and every weight from a fixed random grad
+output.
 
-* ``kernel``: ``scankit.MinGRU(d, d)`` on the Triton kernels (the commit under test);
-* ``plain_eager`` / ``plain_compile``: ``PlainMinGRU``, the same layer in plain torch as users
-  write it (lucidrains' minGRU-pytorch: log-space gates, Heinsen's cumsum / logcumsumexp
-  scan), eager and under ``torch.compile`` (inductor);
+* ``kernel``: ``scankit.MinGRU(d, d)`` / ``scankit.SignedMinGRU(d, d)`` on the Triton kernels
+  (the commit under test);
+* ``plain_eager`` / ``plain_compile``: the same layer in plain torch as users write it, eager
+  and under ``torch.compile`` (inductor): ``PlainMinGRU`` (lucidrains' minGRU-pytorch:
+  log-space gates, Heinsen's cumsum / logcumsumexp scan) and ``PlainSignedMinGRU`` (signed
+  coefficients have no log-space form: a Hillis-Steele doubling scan, log2 T steps);
 * ``cudnn_gru``: ``torch.nn.GRU(d, d)`` (cuDNN), what users reach for first.
 
 bf16 runs the step under ``torch.autocast`` (weights and input stay fp32), as mixed-precision
@@ -42,6 +45,26 @@ class PlainMinGRU(nn.Module):
         return torch.exp(a_star + torch.logcumsumexp(log_values - a_star, dim=1))[:, 1:]
 
 
+class PlainSignedMinGRU(nn.Module):
+    """``scankit.SignedMinGRU(d, h)`` in plain torch, no scankit: h_t = a_t h_{t-1} + b_t with
+    a = tanh(s), b = sigmoid(zk) v from one projection [s | zk | v], h_0 = 0, by Hillis-Steele
+    doubling (signed a: no log-space cumsum form)."""
+
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.proj = nn.Linear(d, 3 * h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, zk, v = self.proj(x).chunk(3, dim=-1)
+        a, b = torch.tanh(s), torch.sigmoid(zk) * v
+        offset = 1
+        while offset < a.shape[1]:  # (a, b) composed with the pair offset steps before
+            a, b = (torch.cat([a[:, :offset], a[:, offset:] * a[:, :-offset]], dim=1),
+                    torch.cat([b[:, :offset], a[:, offset:] * b[:, :-offset] + b[:, offset:]], dim=1))
+            offset *= 2
+        return b
+
+
 class _GRU(nn.Module):
     """torch.nn.GRU(d, h), batch first, its states as the output."""
 
@@ -53,26 +76,29 @@ class _GRU(nn.Module):
         return self.gru(x)[0]
 
 
-def layer(impl: str, d: int) -> nn.Module:
-    """The layer of ``impl`` (grid.LAYER_IMPLS) at width d, seeded weights."""
+def layer(impl: str, d: int, mixer: str = "MinGRU") -> nn.Module:
+    """The ``mixer`` layer (grid.LAYER_MIXERS) of ``impl`` (grid.LAYER_IMPLS) at width d, seeded
+    weights (``cudnn_gru`` is one GRU whatever the mixer)."""
+    if mixer not in grid.LAYER_MIXERS:
+        raise ValueError(f"mixer must be one of {', '.join(grid.LAYER_MIXERS)}; got {mixer!r}")
     torch.manual_seed(0)
     if impl == "kernel":
         import scankit
 
-        return scankit.MinGRU(d, d)
+        return getattr(scankit, mixer)(d, d)
     if impl == "cudnn_gru":
         return _GRU(d, d)
     if impl in ("plain_eager", "plain_compile"):
-        return PlainMinGRU(d, d)
+        return (PlainMinGRU if mixer == "MinGRU" else PlainSignedMinGRU)(d, d)
     raise ValueError(f"impl must be one of {', '.join(grid.LAYER_IMPLS)}; got {impl!r}")
 
 
-def train_step(impl: str, B: int, T: int, d: int, dtype: str, device: str = "cuda"):
-    """A callable: one forward + backward of ``impl``'s layer on (B, T, d) inputs, grads of
-    the input and every weight from a fixed random grad output; bf16 under autocast."""
+def train_step(impl: str, B: int, T: int, d: int, dtype: str, device: str = "cuda", mixer: str = "MinGRU"):
+    """A callable: one forward + backward of ``impl``'s ``mixer`` layer on (B, T, d) inputs, grads
+    of the input and every weight from a fixed random grad output; bf16 under autocast."""
     if dtype not in grid.LAYER_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(grid.LAYER_DTYPES)}; got {dtype!r}")
-    module = layer(impl, d).to(device)
+    module = layer(impl, d, mixer).to(device)
     if impl == "plain_compile":
         # compiled afresh for this one shape, as a user with fixed shapes gets it: dynamo would
         # otherwise take the earlier cells' graphs as a reason to go dynamic (a slower graph),

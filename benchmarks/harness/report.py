@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import math
 import os
@@ -167,16 +168,16 @@ LAYER_TARGET = 1.5  # issue 19: the kernel layer trains this much faster than to
 
 
 def layer_rows(cells: dict) -> list[dict]:
-    """Rows of scan_memory's layer table from ``suite.layer_cells`` output (keys (shape, impl,
-    dtype); a missing or n/a cell is None): each impl's step time, the kernel layer's tokens/s,
-    and issue 19's target against torch.compile of plain torch (time and peak memory)."""
+    """Rows of scan_memory's layer table from ``suite.layer_cells`` output (keys (mixer, shape,
+    impl, dtype); a missing or n/a cell is None): each impl's step time, the kernel layer's
+    tokens/s, and issue 19's target against torch.compile of plain torch (time and peak memory)."""
     from . import grid
 
     rows = []
-    for shape, (B, T, d) in grid.LAYER_SHAPES.items():
+    for mixer, (shape, (B, T, d)) in itertools.product(grid.LAYER_MIXERS, grid.LAYER_SHAPES.items()):
         for dtype in grid.LAYER_DTYPES:
             def get(impl, table="seconds"):
-                v = cells[table].get((shape, impl, dtype))
+                v = cells[table].get((mixer, shape, impl, dtype))
                 return None if v is None or math.isnan(v) else v
 
             kernel, compiled = get("kernel"), get("plain_compile")
@@ -185,7 +186,7 @@ def layer_rows(cells: dict) -> list[dict]:
             memory = k_peak / c_peak if k_peak and c_peak else None
             met = None if speedup is None or memory is None else speedup >= LAYER_TARGET and memory <= 1.0
             ms = {impl: None if get(impl) is None else get(impl) * 1e3 for impl in grid.LAYER_IMPLS}
-            rows.append(dict(shape=f"({B}, {T}, {d})", dtype=dtype, ms=ms,
+            rows.append(dict(mixer=mixer, shape=f"({B}, {T}, {d})", dtype=dtype, ms=ms,
                              mtokens=B * T / kernel / 1e6 if kernel else None, speedup=speedup, memory=memory,
                              met=met))
     return rows

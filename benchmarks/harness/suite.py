@@ -8,6 +8,7 @@ without it, the GPU-only measurements raise ``NotImplementedError`` (asv: skippe
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -628,29 +629,29 @@ def mixer_cells() -> dict:
 
 
 def layer_cells() -> dict:
-    """Seconds and peak bytes of one training step of each layer, shape and dtype
-    (grid.LAYER_*; benchmarks.harness.layers): the kernel layer measured at this commit, the
-    plain-torch and cuDNN layers looked up in the machine's reference cache (measured once per
-    machine and torch, keyed by the layers module's source). A CPU smoke run: tiny dims, fp32,
-    seconds only, no torch.compile."""
+    """Seconds and peak bytes of one training step of each mixer's layer, shape, impl and dtype
+    (grid.LAYER_*; benchmarks.harness.layers; keys (mixer, shape, impl, dtype)): the kernel layer
+    measured at this commit, the plain-torch and cuDNN layers looked up in the machine's reference
+    cache (measured once per machine and torch, keyed by the layers module's source; the cuDNN GRU
+    once for every mixer). A CPU smoke run: tiny dims, fp32, seconds only, no torch.compile."""
     import torch
 
     from . import layers, measure
 
     dev = device()
     out = dict(seconds={}, peak_bytes={}, skipped={}, failed={})
-    for shape, (B, T, d) in grid.LAYER_SHAPES.items():
+    for mixer, (shape, (B, T, d)) in itertools.product(grid.LAYER_MIXERS, grid.LAYER_SHAPES.items()):
         if dev == "cpu":
             B, T, d = 2, 7, 8
         for impl in grid.LAYER_IMPLS:
             for dtype in grid.LAYER_DTYPES:
-                key = (shape, impl, dtype)
+                key = (mixer, shape, impl, dtype)
                 if dev == "cpu" and (impl == "plain_compile" or dtype == "bf16"):
                     out["skipped"][key] = "smoke run on the CPU"
                     continue
 
-                def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d):
-                    fn = layers.train_step(impl, B, T, d, dtype, dev)
+                def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d, mixer=mixer):
+                    fn = layers.train_step(impl, B, T, d, dtype, dev, mixer)
                     if dev == "cpu":
                         return dict(seconds=_cpu_seconds(fn), peak_bytes=None)
                     cell = dict(seconds=measure.median_of(measure.device_time(fn)), peak_bytes=measure.peak_bytes(fn))
@@ -662,7 +663,8 @@ def layer_cells() -> dict:
                     with measure.scan_mode(measure._kernel_mode(dev)):
                         cell = failing(out, key, measure_it)
                 else:
-                    cell = failing(out, key, lambda: _cached_reference(("layer:MinGRU", shape, impl, dtype), measure_it,
+                    name = "layer:GRU" if impl == "cudnn_gru" else f"layer:{mixer}"
+                    cell = failing(out, key, lambda: _cached_reference((name, shape, impl, dtype), measure_it,
                                                                        source=layers))
                 if cell is not None:
                     out["seconds"][key], out["peak_bytes"][key] = cell["seconds"], cell["peak_bytes"]
