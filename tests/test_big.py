@@ -88,6 +88,32 @@ def test_linear_scan(shape, with_prefix, seed):
             close([grads[2][bi, d].item()], [dh0], 1e-4)
 
 
+@pytest.mark.parametrize("shape", [(260, 4096, 1024), (1, 2**20, 1025)], ids=["walking", "B=1-lookback"])
+def test_mingru_scan(shape, seed):
+    """minGRU's gated scan where gate_hidden (B, T, 2D) passes 2^31 elements though h does not:
+    the gradient's (B, T, 2D) offsets (2 x h's) need the int64 specialization."""
+    B, T, D = shape
+    assert B * T * 2 * D > BIG > B * T * D
+    gen = torch.Generator("cuda").manual_seed(seed)
+    p = (torch.randn(B, T, 2 * D, device="cuda", generator=gen) * 2).requires_grad_()
+    h0 = torch.rand(B, D, device="cuda", generator=gen).requires_grad_()
+    h = scankit.mingru_scan(p, h0=h0)
+    g = torch.randn(h.shape, device="cuda", generator=gen)
+    dp, dh0 = torch.autograd.grad(h, (p, h0), g)
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    for bi, d in picks(B, D, seed):
+        k, v = col(p, bi, d), col(p, bi, D + d)
+        a = [sig(-x) for x in k]
+        gv = [x + 0.5 if x >= 0 else sig(x) for x in v]
+        hs = linear_loop(a, [sig(x) * y for x, y in zip(k, gv)], h0[bi, d].item())
+        close(col(h, bi, d), hs, 1e-4)
+        da, db, want_dh0 = linear_grads(a, hs, col(g, bi, d), h0[bi, d].item())
+        close(col(dp, bi, d), [sig(x) * sig(-x) * (y * z - w) for x, y, z, w in zip(k, db, gv, da)], 1e-4)
+        close(col(dp, bi, D + d), [y * sig(x) * (1.0 if u >= 0 else sig(u) * sig(-u)) for x, y, u in zip(k, db, v)],
+              1e-4)
+        close([dh0[bi, d].item()], [want_dh0], 1e-4)
+
+
 def test_parallel_scan_log_bf16(seed):
     """(2, 2^20, 1024) bf16, the chunked path with its log-space carries."""
     B, T, D = 2, 2**20, 1024
