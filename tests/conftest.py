@@ -53,3 +53,20 @@ def lookback(request, monkeypatch):
     monkeypatch.setitem(common.LOOKBACK, "prefix_every", every)
     monkeypatch.setitem(common.LOOKBACK, "window", 4)
     return mode
+
+
+def record_launches(monkeypatch, entry):
+    """MINGRU_SCAN=triton, and a list that records ``entry(kernel name, launch meta)`` of every
+    Triton kernel launch (``common.launch``)."""
+    from scankit.triton import common
+
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    seen = []
+    launch = common.launch
+
+    def recording(kernel, grid, *args, **meta):
+        seen.append(entry(kernel.fn.__name__, meta))
+        return launch(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(common, "launch", recording)
+    return seen

@@ -10,6 +10,7 @@ import torch
 import scankit
 from benchmarks.harness.cases import HALF_FWD, HALF_GRAD
 from benchmarks.harness.launches import Launches
+from conftest import record_launches
 from oracles import mingru_loop, signed_loop
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -26,18 +27,7 @@ GATED = {
 @pytest.fixture
 def launches(monkeypatch):
     """MINGRU_SCAN=triton; the (kernel name, GATE) of every Triton launch."""
-    from scankit.triton import common
-
-    monkeypatch.setenv("MINGRU_SCAN", "triton")
-    seen = []
-    launch = common.launch
-
-    def recording(kernel, grid, *args, **meta):
-        seen.append((kernel.fn.__name__, meta.get("GATE")))
-        return launch(kernel, grid, *args, **meta)
-
-    monkeypatch.setattr(common, "launch", recording)
-    return seen
+    return record_launches(monkeypatch, lambda name, meta: (name, meta.get("GATE")))
 
 
 def pre_activations(gate, B, T, D, seed, dtype=torch.float32, scale=2.0):

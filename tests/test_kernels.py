@@ -9,6 +9,7 @@ import torch
 
 import scankit
 from benchmarks.harness.cases import KERNEL_KV, OPS
+from conftest import record_launches
 from oracles import oracle, states
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -18,18 +19,7 @@ gpu = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")
 @pytest.fixture
 def launches(monkeypatch):
     """MINGRU_SCAN=triton, and a list that records every Triton kernel launch (its name)."""
-    from scankit.triton import common
-
-    monkeypatch.setenv("MINGRU_SCAN", "triton")
-    seen = []
-    launch = common.launch
-
-    def counting(kernel, grid, *args, **meta):
-        seen.append(kernel.fn.__name__)
-        return launch(kernel, grid, *args, **meta)
-
-    monkeypatch.setattr(common, "launch", counting)
-    return seen
+    return record_launches(monkeypatch, lambda name, meta: name)
 
 
 def as_tuple(x):
