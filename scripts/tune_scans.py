@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections gated lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -441,7 +441,52 @@ def roofline_sweep(budget, log):
                                      direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
-SECTIONS = dict(lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (32, 4096, 1024), (1, 65536, 1024)]
+
+
+def gated_sweep(budget, log):
+    """The gated scans (minGRU, coupled signed) against their unfused form (the terms in torch,
+    then the scan op) in one process, and the gated backward's in-thread rows per tile
+    (IN_THREAD["gated_bwd_rows"]: 4 is the only one without spills at sm_90), checked against the
+    first configuration. % of copy by the fewest bytes: fwd reads n D and writes D per token;
+    fwd+bwd adds the grad out, proj and h read and the proj grad written."""
+    import scankit
+    from scankit import reference
+
+    copy = measure.copy_bandwidth()
+    ops = {"mingru": (scankit.mingru_scan, 2, lambda p: scankit.parallel_scan_log(
+               *reference.mingru_log_terms(p), log_h0=p.new_full((p.shape[0], p.shape[2] // 2), -float("inf")))),
+           "coupled": (lambda p: scankit.signed_mingru_scan(p, coupled=True), 3, lambda p: scankit.linear_scan(
+               *reference.signed_mingru_terms(p, True), return_prefix=False))}
+    reference_out = {}
+    for (gate, (fused, n, unfused)), dims, direction in itertools.product(ops.items(), GATED_DIMS, grid.DIRECTIONS):
+        B, T, D = dims
+        rows = (4, 8, 16) if direction == "fwdbwd" else (common.IN_THREAD["gated_bwd_rows"],)
+        for impl, row in [("unfused", None)] + [("fused", r) for r in rows]:
+            if time.time() - START > budget:
+                return
+            with knobs(common.IN_THREAD):
+                if row is not None:
+                    common.IN_THREAD["gated_bwd_rows"] = row
+                p = (torch.randn(B, T, n * D, device="cuda") * 2).requires_grad_(direction == "fwdbwd")
+                fn = measure.callable_workload(fused if impl == "fused" else unfused, (p,), direction)
+                result = [t.detach().float().clone() for t in _flat(fn())]
+                key = (gate, dims, direction)
+                err = None
+                if key in reference_out:
+                    err = max(((r - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
+                              for r, q in zip(result, reference_out[key]))
+                else:
+                    reference_out[key] = result
+                us = 1e6 * measure.median_of(measure.device_time(fn))
+                del p, fn, result
+                torch.cuda.empty_cache()
+            moved = 4 * B * T * D * ((n + 1) if direction == "fwd" else (2 * n + 3 + n))
+            log(dict(section="gated", gate=gate, impl=impl, gated_bwd_rows=row, dims=dims, direction=direction,
+                     us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
+
+
+SECTIONS = dict(gated=gated_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep)
 
 
