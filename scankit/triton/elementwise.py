@@ -85,13 +85,14 @@ def _sech2(x):
 # The gates (constexpr GATE): the recurrence's (a, b) formed in registers from a projection's
 # pre-activations, read where (a, b) would be: 1, minGRU: (k, v) at (a_ptr, b_ptr), a = sigmoid(-k),
 # b = sigmoid(k) g(v), g(v) = v + 1/2 (v >= 0), sigmoid(v) (v < 0); 2, the signed minGRU:
-# (s, zk, v), s at a_ptr, zk D columns after it, v at b_ptr, a = tanh(s), b = sigmoid(zk) v;
-# 3, its coupled form, a = (1 - sigmoid(zk)) tanh(s). ``_gate_mid`` reads zk (GATE >= 2).
+# (s, zk, v), s at a_ptr, v at b_ptr, zk the D columns before v, a = tanh(s), b = sigmoid(zk) v;
+# 3, its coupled form, a = (1 - sigmoid(zk)) tanh(s). ``_gate_mid`` reads zk (GATE >= 2), through
+# v's pointer: its offsets then stay within v's span, which the int64 choice (I64) covers.
 @triton.jit
-def _gate_mid(a_ptr, off, D, sa_d, mask, GATE: tl.constexpr):
-    """The signed gates' zk (fp32) at a_ptr offsets ``off`` + D columns; zeros (unread) for minGRU."""
+def _gate_mid(b_ptr, off, D, sb_d, mask, GATE: tl.constexpr):
+    """The signed gates' zk (fp32): D columns before v's offsets ``off``; zeros (unread) for minGRU."""
     if GATE >= 2:
-        m = tl.load(a_ptr + off + D * sa_d, mask=mask, other=0.0).to(tl.float32)
+        m = tl.load(b_ptr + off - D * sb_d, mask=mask, other=0.0).to(tl.float32)
     else:
         m = tl.zeros_like(off).to(tl.float32)
     return m
@@ -214,7 +215,7 @@ def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d
         a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
         b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
         if GATE:
-            a, b = _gate_ab(a, _gate_mid(a_ptr, a_off, D, sa_d, mask, GATE), b, mask, GATE)
+            a, b = _gate_ab(a, _gate_mid(b_ptr, b_off, D, sb_d, mask, GATE), b, mask, GATE)
     if HAS_RESET:  # packed sequences: the carry restarts at each one's first step
         a = tl.where(_resets(reset_ptr, rows, T)[:, None], float("-inf") if LOG else 0.0, a)
     return a, b
@@ -446,28 +447,29 @@ def _fwd_lookback_kernel(
 
 
 @triton.jit
-def _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV: tl.constexpr, reset_ptr,
-            HAS_RESET: tl.constexpr, GATE: tl.constexpr, D):
+def _next_a(a_ptr, b_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, REV: tl.constexpr,
+            reset_ptr, HAS_RESET: tl.constexpr, GATE: tl.constexpr, D):
     """a_{t+1} per row of a backward tile (0 past T and where step t + 1 resets; 1 on rows past
-    T, the scan's identity)."""
+    T, the scan's identity); b_ptr is read only by the signed gates (``_gate_mid``)."""
     nxt = (rows + 1 < T)[:, None] & mask
     m = row(rows + 1, T, REV)
     if HAS_RESET:
         nxt = nxt & ~_resets(reset_ptr, m, T)[:, None]
-    off = bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d
-    c = tl.load(a_ptr + off, mask=nxt, other=0.0).to(tl.float32)
+    c = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=nxt, other=0.0).to(tl.float32)
     if GATE:  # c held the gate's first operand at step t + 1
-        c = tl.where(nxt, _gate_coeff(c, _gate_mid(a_ptr, off, D, sa_d, nxt, GATE), GATE), 0.0)
+        zk = _gate_mid(b_ptr, bi * sb_b + m[:, None] * sb_t + d[None, :] * sb_d, D, sb_d, nxt, GATE)
+        c = tl.where(nxt, _gate_coeff(c, zk, GATE), 0.0)
     return tl.where(valid[:, None], c, 1.0)
 
 
 @triton.jit
-def _first_a(a_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, REV: tl.constexpr, GATE: tl.constexpr, D):
+def _first_a(a_ptr, b_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, REV: tl.constexpr,
+             GATE: tl.constexpr, D):
     """a at step 0 of these columns (fp32), for dL/dh_0 = a_0 g^_0."""
-    off = bi * sa_b + row(0, T, REV) * sa_t + d * sa_d
-    a0 = tl.load(a_ptr + off, mask=dmask, other=0.0).to(tl.float32)
+    m = row(0, T, REV)
+    a0 = tl.load(a_ptr + bi * sa_b + m * sa_t + d * sa_d, mask=dmask, other=0.0).to(tl.float32)
     if GATE:
-        a0 = _gate_coeff(a0, _gate_mid(a_ptr, off, D, sa_d, dmask, GATE), GATE)
+        a0 = _gate_coeff(a0, _gate_mid(b_ptr, bi * sb_b + m * sb_t + d * sb_d, D, sb_d, dmask, GATE), GATE)
     return a0
 
 
@@ -479,7 +481,7 @@ def _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows
     (``off``: the tile's memory offsets; step t - 1 is a row before, or after with REV). GATE:
     the gate's operand grads from them (``_gate_grads``) into one contiguous (B, T, n D) gradient
     of its n operands (n = 2 for minGRU, 3 signed): the first operand's at da_ptr, v's at db_ptr,
-    zk's D columns after da_ptr."""
+    zk's D columns before v's."""
     first = (rows == 0)[:, None]
     later = mask & (rows >= 1)[:, None]
     back = -D if REV else D
@@ -493,15 +495,16 @@ def _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows
     db = ghat
     if GATE:
         m = row(rows, T, REV)
-        x_off = bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d
-        x = tl.load(a_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
-        v = tl.load(b_ptr + bi * sb_b + m[:, None] * sb_t + d[None, :] * sb_d, mask=mask, other=0.0).to(tl.float32)
-        da, dm, db = _gate_grads(x, _gate_mid(a_ptr, x_off, D, sa_d, mask, GATE), v, ghat, da, GATE)
+        x = tl.load(a_ptr + bi * sa_b + m[:, None] * sa_t + d[None, :] * sa_d, mask=mask, other=0.0).to(tl.float32)
+        v_off = bi * sb_b + m[:, None] * sb_t + d[None, :] * sb_d
+        v = tl.load(b_ptr + v_off, mask=mask, other=0.0).to(tl.float32)
+        da, dm, db = _gate_grads(x, _gate_mid(b_ptr, v_off, D, sb_d, mask, GATE), v, ghat, da, GATE)
+        # (bi T + m) D + d -> (bi T + m) n D + d, never past the n D-wide views' spans (I64)
         if GATE == 1:
-            off = 2 * off - d[None, :]  # (bi T + m) D + d -> (bi T + m) 2D + d
+            off = 2 * (off - d[None, :]) + d[None, :]
         else:
-            off = 3 * off - 2 * d[None, :]  # -> (bi T + m) 3D + d
-            tl.store(da_ptr + off + D, dm.to(da_ptr.dtype.element_ty), mask=mask)
+            off = 3 * (off - d[None, :]) + d[None, :]
+            tl.store(db_ptr + off - D, dm.to(db_ptr.dtype.element_ty), mask=mask)  # zk's: D columns before v's
     tl.store(db_ptr + off, db.to(db_ptr.dtype.element_ty), mask=mask)
     tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
 
@@ -541,7 +544,8 @@ def _bwd_kernel(
         valid = rows < T
         mask = valid[:, None] & dmask[None, :]
         off = base + row(rows, T, REV)[:, None] * D
-        c = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE, D)
+        c = _next_a(a_ptr, b_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, REV, reset_ptr,
+                    HAS_RESET, GATE, D)
         u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         c_run, u_run = tl.associative_scan((c, u), 0, _combine)
         ghat = c_run * g[None, :] + u_run
@@ -563,7 +567,7 @@ def _bwd_kernel(
         if HAS_GA:
             tl.store(carry_a_ptr + side, ga, mask=dmask)
     elif HAS_H0:  # dL/dh_0 = a_0 g^_0 (g: g^ at row 0 once chunk 0 is walked)
-        a0 = _first_a(a_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, REV, GATE, D)
+        a0 = _first_a(a_ptr, b_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, REV, GATE, D)
         tl.store(dh0_ptr + bi * D + d, (a0 * g).to(dh0_ptr.dtype.element_ty), mask=when(ci == 0, dmask))
 
 
@@ -766,7 +770,8 @@ def _bwd_lookback_kernel(
     valid = rows < T
     mask = valid[:, None] & dmask[None, :]
     off = bi * T * D + row(rows, T, REV)[:, None] * D + d[None, :]
-    cf = _next_a(a_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, REV, reset_ptr, HAS_RESET, GATE, D)
+    cf = _next_a(a_ptr, b_ptr, bi, rows, d, valid, mask, T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, REV, reset_ptr,
+                 HAS_RESET, GATE, D)
     u = tl.load(gh_ptr + off, mask=mask, other=0.0).to(tl.float32)
     c_run, u_run = tl.associative_scan((cf, u), 0, _combine)
     tot_c = _last_row(c_run, BLOCK_T)
@@ -789,7 +794,7 @@ def _bwd_lookback_kernel(
     _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows, d, off, mask, ghat, gahat, D,
                   sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, HAS_GA, REV, reset_ptr, T, HAS_RESET, GATE)
     if HAS_H0:  # dL/dh_0 = a_0 g^_0
-        a0 = _first_a(a_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, REV, GATE, D)
+        a0 = _first_a(a_ptr, b_ptr, bi, d, dmask, T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, REV, GATE, D)
         tl.store(dh0_ptr + bi * D + d, (a0 * _last_row(ghat, BLOCK_T)).to(dh0_ptr.dtype.element_ty),
                  mask=when(last, dmask))
 
@@ -920,7 +925,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, re
         return grads()
     B_nc = B * nc
     grid = (B_nc, cdiv(D, block_d))
-    consts = dict(I64=needs_int64(a, b, gh, hout, da), BLOCK_T=block_t, BLOCK_D=block_d,
+    consts = dict(I64=needs_int64(a, b, gh, hout, da, db), BLOCK_T=block_t, BLOCK_D=block_d,
                   STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
     if log:
         kernel, before, after = _log_bwd_kernel, (a, b, h0, gh, hout), (da, db, dh0)
