@@ -6,6 +6,10 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede any triton import
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from scankit.triton import interpret
+
+    interpret.speed_up()  # the interpreter's scan a slice per step, the same numbers (interpret.py)
 
 
 @pytest.fixture
