@@ -63,7 +63,7 @@ def _patch_once_per_launch():
     grid_call = getattr(getattr(interpreter, "GridExecutor", None), "__call__", None)
     if patch is None or grid_call is None or getattr(patch, "once_per_launch", False):
         return
-    launch_state = {"in_launch": False, "covered": None}  # the languages the running launch patched
+    launch_state = {"in_launch": False, "covered": None}  # the languages patched in the running launch
 
     def langs(fn):  # what _patch_lang patches: the triton.language modules fn's module sees
         return {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
@@ -73,8 +73,8 @@ def _patch_once_per_launch():
         if covered is not None and langs(fn) <= covered:
             return None  # a device call inside a launch whose patch covers it (its result is unused)
         scope = patch(fn)
-        if launch_state["in_launch"] and covered is None:  # the launch's own patch
-            launch_state["covered"] = langs(fn)
+        if launch_state["in_launch"]:  # patched until the launch ends (a device call's, never restored)
+            launch_state["covered"] = (covered or set()) | langs(fn)
         return scope
 
     def launch(self, *args, **kwargs):
