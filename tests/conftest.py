@@ -6,10 +6,9 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede any triton import
-if os.environ.get("TRITON_INTERPRET") == "1":
-    from scankit.triton import interpret
+from scankit.triton import interpret  # noqa: E402 (after TRITON_INTERPRET)
 
-    interpret.speed_up()  # the interpreter's scan a slice per step, the same numbers (interpret.py)
+interpret.speed_up()  # interpreter only: its scan a slice per step, the same numbers (interpret.py)
 
 
 @pytest.fixture

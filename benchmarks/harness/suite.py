@@ -50,13 +50,12 @@ def device() -> str:
         return "cuda"
     if smoke():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        if os.environ["TRITON_INTERPRET"] == "1":
-            try:  # the interpreter's scan a slice per step, the same numbers (a commit before it: as is)
-                from scankit.triton.interpret import speed_up
-            except ImportError:
-                pass
-            else:
-                speed_up()
+        try:  # the interpreter's scan a slice per step, the same numbers (a commit before it: as is)
+            from scankit.triton.interpret import speed_up
+        except ImportError:
+            pass
+        else:
+            speed_up()
         return "cpu"
     raise NotImplementedError("no CUDA device (set SCANKIT_BENCH_SMOKE=1 for a CPU smoke run)")
 

@@ -1,5 +1,6 @@
 """Triton's interpreter (``TRITON_INTERPRET=1``) made faster for scankit's kernels, the same numbers:
-``speed_up()``, called by the CPU test suite and the benchmarks' CPU smoke run (never on import).
+``speed_up()``, called by the CPU test suite and the benchmarks' CPU smoke run (never on import;
+a no-op unless the interpreter is on).
 
 The interpreter's fallback scan (``ScanOps.generic_scan``, triton 3.6 to 3.9) calls the combine
 function once per element, on scalars: a (16, 32) tile's scan is 496 interpreted combines, and it
@@ -10,12 +11,13 @@ element goes through the same float operations in the same order: the results ar
 And a nested ``@triton.jit`` call no longer patches ``triton.language`` again inside a launch.
 """
 import numpy as np
+import triton.language as tl
+
+from ..dispatch import interpreting
 
 
 def column_scan(self, input):
     """``ScanOps.generic_scan`` with each step of the fold over a whole slice."""
-    import triton.language as tl
-
     axis = self.axis
     data = [arg.handle.data for arg in input]
     out = [np.empty_like(d) for d in data]
@@ -36,7 +38,10 @@ ORIGINAL = []  # the interpreter's own generic_scan, once swapped
 
 
 def speed_up():
-    """Both speedups, where this triton's interpreter has what they replace (else it is left as is)."""
+    """Both speedups when kernels run through the interpreter, where this triton's interpreter has
+    what they replace (else it is left as is)."""
+    if not interpreting():
+        return
     _swap_scan()
     _patch_once_per_launch()
 
@@ -56,7 +61,6 @@ def _patch_once_per_launch():
     """Within a launch, a call of a nested ``@triton.jit`` function patches ``triton.language``
     again (``_patch_lang``: ~150 us of ``inspect.getmembers``), though the launch patched it
     already and restores it when the grid is done; skip the repeat."""
-    import triton.language as tl
     from triton.runtime import interpreter
 
     patch = getattr(interpreter, "_patch_lang", None)
