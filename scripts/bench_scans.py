@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Direct benchmark driver: parity (--check), timing (--bench), mixer memory (--memory).
+"""Direct benchmark driver: parity (--check), timing (--bench), mixer memory (--memory), whole
+layers (--layers: one training step against plain torch eager / compiled and cuDNN's GRU).
 
-Writes experiments/bench/scan_{parity,bench,memory}.{json,md} (or --out DIR), measured by
+Writes experiments/bench/scan_{parity,bench,memory,layers}.{json,md} (or --out DIR), measured by
 the same code as the asv suites (benchmarks.harness.suite). Needs a CUDA device; without one
 it says so loudly and exits 2.
 """
@@ -29,12 +30,17 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="Triton vs eager parity grid")
     parser.add_argument("--bench", action="store_true", help="timing matrix")
     parser.add_argument("--memory", action="store_true", help="mixer training step: peak memory, kernel path vs generic")
+    parser.add_argument("--layers", action="store_true",
+                        help="one training step of whole layers (issue 19); --mixers / --layer-shapes / --dtypes pick rows")
+    parser.add_argument("--mixers", nargs="+", default=list(grid.LAYER_MIXERS), choices=list(grid.LAYER_MIXERS))
+    parser.add_argument("--layer-shapes", nargs="+", default=list(grid.LAYER_SHAPES), choices=list(grid.LAYER_SHAPES))
+    parser.add_argument("--dtypes", nargs="+", default=list(grid.LAYER_DTYPES), choices=list(grid.LAYER_DTYPES))
     parser.add_argument("--shapes", nargs="+", default=list(grid.SHAPES), choices=list(grid.SHAPES))
     parser.add_argument("--ops", nargs="+", default=list(grid.OP_NAMES), choices=list(grid.OP_NAMES))
     parser.add_argument("--out", default=str(ROOT / "experiments" / "bench"), help="output folder")
     args = parser.parse_args(argv)
-    if not (args.check or args.bench or args.memory):
-        parser.error("pass at least one of --check, --bench, --memory")
+    if not (args.check or args.bench or args.memory or args.layers):
+        parser.error("pass at least one of --check, --bench, --memory, --layers")
     if not torch.cuda.is_available():
         print("=" * 72 + "\nSKIPPED: no CUDA device. --check compares against the Triton kernels on the GPU;\n"
               "--bench and --memory need a GPU to produce numbers. Nothing was written.\n" + "=" * 72,
@@ -60,6 +66,14 @@ def main(argv=None):
         payload = report.bench_payload(env, cells, suite.copy_bandwidth())
         print(report.bench_table(payload))
         report.write("scan_bench", payload, args.out)
+    if args.layers:
+        cells = suite.layer_cells(args.mixers, args.layer_shapes, dtypes=args.dtypes)
+        payload = report.layers_payload(env, cells)
+        report.write("scan_layers", payload, args.out)
+        print(report.layers_table(payload))
+        for cell, error in payload["failed"].items():
+            print(f"  FAILED {cell}: {error}")
+        ok = ok and not payload["failed"]
     return 0 if ok else 1
 
 

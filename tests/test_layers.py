@@ -109,3 +109,26 @@ def test_layer_cells_measure_or_skip_every_cell(monkeypatch):
             assert cells["skipped"][key] == "smoke run on the CPU"
         else:
             assert cells["seconds"][key] > 0 and not math.isnan(cells["seconds"][key])
+
+
+def test_layer_cells_measure_only_the_rows_asked_for(monkeypatch):
+    """The direct driver's subsets (bench_scans.py --layers --mixers/--layer-shapes/--dtypes):
+    only those cells, every one measured or skipped; unknown names are refused by name."""
+    from benchmarks.harness import report, suite
+
+    monkeypatch.setenv("SCANKIT_BENCH_SMOKE", "1")
+    shape = list(grid.LAYER_SHAPES)[-1]
+    cells = suite.layer_cells(["SignedMinGRU"], [shape], impls=("kernel", "plain_eager"), dtypes=["fp32"])
+    assert not cells["failed"], cells["failed"]
+    assert set(cells["seconds"]) == {("SignedMinGRU", shape, impl, "fp32") for impl in ("kernel", "plain_eager")}
+    assert all(v > 0 for v in cells["seconds"].values())
+    payload = report.layers_payload(dict(torch="t", triton="t", device="cpu", driver="-", commit="0" * 40,
+                                         time="now"), cells)
+    assert [(r["mixer"], r["dtype"]) for r in payload["layers"]] == [("SignedMinGRU", "fp32")]
+    md = report.render("scan_layers", payload)
+    assert "| SignedMinGRU |" in md and "| MinGRU |" not in md and "n/a" in md  # no compiled cell: n/a
+    assert "SignedMinGRU" in report.layers_table(payload)
+    with pytest.raises(ValueError, match=r"shapes must be among .*got \['1x2x3'\]"):
+        suite.layer_cells(shapes=["1x2x3"])
+    with pytest.raises(ValueError, match=r"dtypes must be among .*got \['fp16'\]"):
+        suite.layer_cells(dtypes=["fp16"])

@@ -167,10 +167,11 @@ def memory_payload(env: dict, cells: dict) -> dict:
 LAYER_TARGET = 1.5  # issue 19: the kernel layer trains this much faster than torch.compile of plain torch
 
 
-def layer_rows(cells: dict) -> list[dict]:
+def layer_rows(cells: dict, measured_only: bool = False) -> list[dict]:
     """Rows of scan_memory's layer table from ``suite.layer_cells`` output (keys (mixer, shape,
     impl, dtype); a missing or n/a cell is None): each impl's step time, the kernel layer's
-    tokens/s, and issue 19's target against torch.compile of plain torch (time and peak memory)."""
+    tokens/s, and issue 19's target against torch.compile of plain torch (time and peak memory).
+    With ``measured_only``, rows none of whose cells has a time are left out (a partial run)."""
     from . import grid
 
     rows = []
@@ -179,6 +180,9 @@ def layer_rows(cells: dict) -> list[dict]:
             def get(impl, table="seconds"):
                 v = cells[table].get((mixer, shape, impl, dtype))
                 return None if v is None or math.isnan(v) else v
+
+            if measured_only and all(get(impl) is None for impl in grid.LAYER_IMPLS):
+                continue
 
             kernel, compiled = get("kernel"), get("plain_compile")
             k_peak, c_peak = get("kernel", "peak_bytes"), get("plain_compile", "peak_bytes")
@@ -190,6 +194,25 @@ def layer_rows(cells: dict) -> list[dict]:
                              mtokens=B * T / kernel / 1e6 if kernel else None, speedup=speedup, memory=memory,
                              met=met))
     return rows
+
+
+def layers_payload(env: dict, cells: dict) -> dict:
+    """scan_layers (the direct driver's ``--layers``): the measured rows of the layer table."""
+    from . import grid
+
+    return dict(env=env, impls=grid.LAYER_IMPLS, target=LAYER_TARGET, layers=layer_rows(cells, measured_only=True),
+                failed={" ".join(k): v for k, v in cells.get("failed", {}).items()})
+
+
+def layers_table(payload: dict) -> str:
+    """The short plain-text layer table a GPU run prints last (ms, median device time)."""
+    from tabulate import tabulate
+
+    impls = payload["impls"]
+    table = [(r["mixer"], r["shape"], r["dtype"], *(r["ms"][i] for i in impls), r["speedup"], r["memory"])
+             for r in payload["layers"]]
+    head = ["layer", "(B, T, d)", "dtype", *(f"{i} ms" for i in impls), "compiled/kernel", "kernel/compiled peak"]
+    return tabulate(table, head, floatfmt=".3f", missingval="-")
 
 
 def bench_table(payload: dict) -> str:

@@ -634,23 +634,31 @@ def mixer_cells() -> dict:
     return dict(seconds=seconds, peak_bytes=peak)
 
 
-def layer_cells() -> dict:
+def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
     """Seconds and peak bytes of one training step of each mixer's layer, shape, impl and dtype
-    (grid.LAYER_*; benchmarks.harness.layers; keys (mixer, shape, impl, dtype)): the kernel layer
-    measured at this commit, the plain-torch and cuDNN layers looked up in the machine's reference
-    cache (measured once per machine and torch, keyed by the layers module's source; the cuDNN GRU
-    once for every mixer). A CPU smoke run: tiny dims, fp32, seconds only, no torch.compile."""
+    (grid.LAYER_*, or the subsets named; benchmarks.harness.layers; keys (mixer, shape, impl,
+    dtype)): the kernel layer measured at this commit, the plain-torch and cuDNN layers looked up
+    in the machine's reference cache (measured once per machine and torch, keyed by the layers
+    module's source; the cuDNN GRU once for every mixer). A CPU smoke run: tiny dims, fp32,
+    seconds only, no torch.compile."""
     import torch
 
     from . import layers, measure
 
+    picked = []
+    for name, given, known in (("mixers", mixers, grid.LAYER_MIXERS), ("shapes", shapes, grid.LAYER_SHAPES),
+                               ("impls", impls, grid.LAYER_IMPLS), ("dtypes", dtypes, grid.LAYER_DTYPES)):
+        unknown = [g for g in given or () if g not in known]
+        if unknown:
+            raise ValueError(f"layer_cells: {name} must be among {list(known)}, got {unknown}")
+        picked.append(list(known) if given is None else list(given))
+    mixers, shapes, impls, dtypes = picked
     dev = device()
     out = dict(seconds={}, peak_bytes={}, skipped={}, failed={})
-    for mixer, (shape, (B, T, d)) in itertools.product(grid.LAYER_MIXERS, grid.LAYER_SHAPES.items()):
-        if dev == "cpu":
-            B, T, d = 2, 7, 8
-        for impl in grid.LAYER_IMPLS:
-            for dtype in grid.LAYER_DTYPES:
+    for mixer, shape in itertools.product(mixers, shapes):
+        B, T, d = (2, 7, 8) if dev == "cpu" else grid.LAYER_SHAPES[shape]
+        for impl in impls:
+            for dtype in dtypes:
                 key = (mixer, shape, impl, dtype)
                 if dev == "cpu" and (impl == "plain_compile" or dtype == "bf16"):
                     out["skipped"][key] = "smoke run on the CPU"
