@@ -11,7 +11,7 @@ MACHINE      ?= h200
 PORT         ?= 8080
 
 # The tests that run Triton kernels (through the interpreter on a CPU)
-KERNEL_TESTS := tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py tests/test_gated_scans.py tests/test_interpreter_scan.py
+KERNEL_TESTS := tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py tests/test_autocast.py tests/test_gated_scans.py tests/test_interpreter_scan.py
 NEWEST       ?= .venv-newest
 
 .PHONY: test test-newest-triton venv clean bench render dashboard

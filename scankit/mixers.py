@@ -4,6 +4,10 @@ Every mixer maps ``x (B,T,in) -> h (B,T,H)`` with ``forward(x, h_0=None, delta_t
 and advances one token with ``step(x_t (B,in), h=None, delta_t=None) -> h (B,H)``; ``None``
 means the mixer's own initial state. With ``decay=True`` the transition is multiplied by
 ``gamma_t = exp(-lambda * delta_t)`` (learned ``lambda >= 0``; ``delta_t`` defaults to 1).
+
+The scan runs in the dtype of the mixer's projection: under ``torch.autocast`` that is the
+autocast dtype (the kernels read it and accumulate in fp32), so h comes out in it, as
+``nn.GRU``'s output does; every term and h_0 is cast to it before the scan.
 """
 from __future__ import annotations
 
@@ -18,6 +22,12 @@ import torch.nn.functional as F
 from . import dispatch, ops, reference
 
 SCAN_OPS = ("parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan")
+
+
+def _cast(dtype: torch.dtype, *tensors):
+    """Each tensor (or None) in ``dtype``: the scan's inputs in the projection's dtype, whatever
+    dtype autocast's op lists gave the terms built from it (exp and softplus run in fp32)."""
+    return tuple(None if t is None else t.to(dtype) for t in tensors)
 
 
 def _scans(group):
@@ -144,12 +154,12 @@ class MinGRU(_Mixer):
     def initial_state(self, B: int, ref: torch.Tensor) -> torch.Tensor:
         return torch.full((B, self.hidden_size), 0.5, dtype=ref.dtype, device=ref.device)
 
-    def _log_terms(self, x, delta_t):
-        log_a, log_b = reference.mingru_log_terms(self.to_gate_hidden(x))
+    def _log_terms(self, gate_hidden, x, delta_t):
+        log_a, log_b = reference.mingru_log_terms(gate_hidden)
         log_gamma = self._log_gamma(delta_t, x)
         if log_gamma is not None:
             log_a = log_a + log_gamma
-        return log_a, log_b
+        return _cast(gate_hidden.dtype, log_a, log_b)
 
     def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
         """Without decay, packing or a process group: ``ops.mingru_scan`` of the projection, the gate
@@ -158,15 +168,17 @@ class MinGRU(_Mixer):
         h0 = self._state(h_0, self._sequences(x, cu_seqlens), x)
         if h_0 is not None and dispatch.checks_values(h0) and bool((h0 <= 0).any()):
             raise ValueError("MinGRU states are positive: h_0 must be > 0 everywhere")
+        gate_hidden = self.to_gate_hidden(x)
+        h0 = h0.to(gate_hidden.dtype)
         if self.decay is None and cu_seqlens is None and group is None:
             self._log_gamma(delta_t, x)  # raises on a delta_t without decay
-            return ops.mingru_scan(self.to_gate_hidden(x), h0=h0, return_final_state=return_final_state)
-        log_a, log_b = self._log_terms(x, delta_t)
+            return ops.mingru_scan(gate_hidden, h0=h0, return_final_state=return_final_state)
+        log_a, log_b = self._log_terms(gate_hidden, x, delta_t)
         return _scans(group).parallel_scan_log(log_a, log_b, log_h0=h0.log(), cu_seqlens=cu_seqlens,
                                                return_final_state=return_final_state)
 
     def _step(self, x, h, delta_t):
-        log_a, log_b = self._log_terms(x, delta_t)
+        log_a, log_b = self._log_terms(self.to_gate_hidden(x), x, delta_t)
         return (log_a.exp() * h.unsqueeze(1) + log_b.exp()).squeeze(1)
 
 
@@ -181,28 +193,28 @@ class SignedMinGRU(_Mixer):
     def initial_state(self, B: int, ref: torch.Tensor) -> torch.Tensor:
         return torch.zeros(B, self.hidden_size, dtype=ref.dtype, device=ref.device)
 
-    def _terms(self, x, delta_t):
-        a, b = reference.signed_mingru_terms(self.proj(x), self.coupled)
+    def _terms(self, proj, x, delta_t):
+        a, b = reference.signed_mingru_terms(proj, self.coupled)
         log_gamma = self._log_gamma(delta_t, x)
         if log_gamma is not None:
             a = a * log_gamma.exp()
-        return a, b
+        return _cast(proj.dtype, a, b)
 
     def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
         """Without decay, packing or a process group: ``ops.signed_mingru_scan`` of the projection,
         the gate math inside the scan kernel; otherwise the terms, then ``linear_scan``."""
         self._check_x(x)
-        h0 = None if h_0 is None else self._state(h_0, self._sequences(x, cu_seqlens), x)
+        proj = self.proj(x)
+        h0, = _cast(proj.dtype, None if h_0 is None else self._state(h_0, self._sequences(x, cu_seqlens), x))
         if self.decay is None and cu_seqlens is None and group is None:
             self._log_gamma(delta_t, x)  # raises on a delta_t without decay
-            return ops.signed_mingru_scan(self.proj(x), h0=h0, coupled=self.coupled,
-                                          return_final_state=return_final_state)
-        a, b = self._terms(x, delta_t)
+            return ops.signed_mingru_scan(proj, h0=h0, coupled=self.coupled, return_final_state=return_final_state)
+        a, b = self._terms(proj, x, delta_t)
         return _scans(group).linear_scan(a, b, h0=h0, return_prefix=False, cu_seqlens=cu_seqlens,
                                          return_final_state=return_final_state)
 
     def _step(self, x, h, delta_t):
-        a, b = self._terms(x, delta_t)
+        a, b = self._terms(self.proj(x), x, delta_t)
         return (a * h.unsqueeze(1) + b).squeeze(1)
 
 
@@ -222,22 +234,25 @@ class _BlockMixer(_Mixer):
         return self.h0.to(ref.dtype).expand(B, -1)
 
     def _terms(self, x, delta_t):
-        """angles (B,T,n,R,k/2), scale (B,T,n) or None, decay gamma (B,T,n) or None, b (B,T,n,k)."""
+        """angles (B,T,n,R,k/2), scale (B,T,n) or None, decay gamma (B,T,n) or None, b (B,T,n,k),
+        all in the projection's dtype."""
         B, T = x.shape[:2]
-        params, zk, pre_h = self.proj(x).split([self.n_params, self.hidden_size, self.hidden_size], dim=-1)
+        proj = self.proj(x)
+        params, zk, pre_h = proj.split([self.n_params, self.hidden_size, self.hidden_size], dim=-1)
         angles, scale = self._angles(params)
         log_gamma = self._log_gamma(delta_t, x)
         gamma = None if log_gamma is None else log_gamma.exp()
-        return angles, scale, gamma, (torch.sigmoid(zk) * pre_h).reshape(B, T, self.n, self.k)
+        return _cast(proj.dtype, angles, scale, gamma, (torch.sigmoid(zk) * pre_h).reshape(B, T, self.n, self.k))
 
     def _transitions(self, angles, scale, gamma):
-        """The k x k blocks ``gamma G_{R-1}..G_0 diag(1, scale)`` the generic path scans."""
+        """The k x k blocks ``gamma G_{R-1}..G_0 diag(1, scale)`` the generic path scans (in the
+        angles' dtype)."""
         M = givens_matrix(angles, self.k)
         if scale is not None:
             M = M * torch.stack([torch.ones_like(scale), scale], dim=-1)[..., None, :]
         if gamma is not None:
             M = M * gamma[..., None, None]
-        return M
+        return M.to(angles.dtype)
 
     def forward(self, x, h_0=None, delta_t=None, cu_seqlens=None, group=None, return_final_state=False):
         """Fused rotation kernel where it runs (``auto`` on CUDA, ``triton``), else the
@@ -247,8 +262,8 @@ class _BlockMixer(_Mixer):
         ops._check_flag("return_final_state", return_final_state)
         B, T = x.shape[:2]
         N = self._sequences(x, cu_seqlens)
-        h0 = self._state(h_0, N, x).reshape(N, self.n, self.k)
         angles, scale, gamma, b = self._terms(x, delta_t)
+        h0 = self._state(h_0, N, x).reshape(N, self.n, self.k).to(b.dtype)
         if cu_seqlens is not None or group is not None:
             out = self._scan(self._transitions(angles, scale, gamma), b, h0, cu_seqlens=cu_seqlens, group=group,
                              return_final_state=return_final_state)

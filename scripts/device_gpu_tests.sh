@@ -15,7 +15,7 @@ sel=(${1:+-k "$1"})
 python3 -m pytest -q -p no:cacheprovider -n 12 --timeout 480 --durations=10 "${sel[@]}" \
   tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py \
   tests/test_dispatch.py tests/test_validation.py tests/test_final_state.py tests/test_launches.py \
-  tests/test_reverse.py tests/test_packed.py tests/test_gpu_geometry.py tests/test_gated_scans.py tests/test_layers.py 2>&1 | tee "$out/gpu-tests.log"
+  tests/test_reverse.py tests/test_packed.py tests/test_gpu_geometry.py tests/test_gated_scans.py tests/test_layers.py tests/test_autocast.py 2>&1 | tee "$out/gpu-tests.log"
 first=${PIPESTATUS[0]}
 python3 -m pytest -q -p no:cacheprovider --timeout 480 --durations=10 "${sel[@]}" tests/test_big.py 2>&1 \
   | tee "$out/gpu-tests-big.log"

@@ -171,13 +171,13 @@ def test_final_state_continues_in_pieces(gate, cuts, seed, kernel_mode):
 ])
 def test_bad_arguments_are_named(call, bad, match, kernel_mode):
     op = GATED[call][0]
-    p, h0 = bad(torch.randn(2, 5, 12 if call == "signed" else 8), torch.rand(2, 4) + 0.1)
+    p, h0 = bad(torch.randn(2, 5, 12 if call == "signed" else 8, device=DEVICE), torch.rand(2, 4, device=DEVICE) + 0.1)
     with pytest.raises((TypeError, ValueError), match=match):
         op(p, h0=h0)
     with pytest.raises(TypeError, match="return_final_state must be True or False"):
-        op(torch.randn(2, 5, 12), return_final_state=1)
+        op(torch.randn(2, 5, 12, device=DEVICE), return_final_state=1)
     with pytest.raises(TypeError, match="coupled must be True or False"):
-        scankit.signed_mingru_scan(torch.randn(2, 5, 12), coupled=None)
+        scankit.signed_mingru_scan(torch.randn(2, 5, 12, device=DEVICE), coupled=None)
 
 
 @pytest.mark.parametrize("gate", list(GATED))
@@ -257,10 +257,10 @@ def test_layer_step_launches_less(name, seed, monkeypatch):
             if fused:
                 out = layer(x)
             elif name == "mingru":  # the same layer through its terms (what it ran before the fused ops)
-                log_a, log_b = layer._log_terms(x, None)
+                log_a, log_b = layer._log_terms(layer.to_gate_hidden(x), x, None)
                 out = scankit.parallel_scan_log(log_a, log_b, log_h0=layer.initial_state(4, x).log())
             else:
-                out = scankit.linear_scan(*layer._terms(x, None), return_prefix=False)
+                out = scankit.linear_scan(*layer._terms(layer.proj(x), x, None), return_prefix=False)
             out.square().sum().backward()
         return counted
 

@@ -13,6 +13,8 @@ import scankit
 from benchmarks.harness import grid, layers
 from scankit.mixers import log_g
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def _loop(module, x):
     """scankit.MinGRU's recurrence, sequentially in float64 from the module's weights:
@@ -73,13 +75,13 @@ def test_every_layer_step_gives_input_and_weight_grads(impl, mixer, scan_mode):
     """The timed step: grads of x and of every parameter, finite; the kernel layer and the
     plain layer, built with the same seed, have the same weights and the same grads."""
     scan_mode("triton" if impl == "kernel" else "eager")
-    step = layers.train_step(impl, B=2, T=13, d=4, dtype="fp32", device="cpu", mixer=mixer)
+    step = layers.train_step(impl, B=2, T=13, d=4, dtype="fp32", device=DEVICE, mixer=mixer)
     grads = step()
     module = layers.layer(impl, 4, mixer)
     assert len(grads) == 1 + len(list(module.parameters()))
     assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
     if impl == "kernel":
-        plain = layers.train_step("plain_eager", B=2, T=13, d=4, dtype="fp32", device="cpu", mixer=mixer)()
+        plain = layers.train_step("plain_eager", B=2, T=13, d=4, dtype="fp32", device=DEVICE, mixer=mixer)()
         for g, g_plain in zip(grads, plain):
             torch.testing.assert_close(g, g_plain, rtol=1e-4, atol=1e-5)
 

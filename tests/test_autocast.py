@@ -1,0 +1,56 @@
+"""Mixed precision: every mixer and path under torch.autocast (bf16) trains: h comes out in the
+autocast dtype, close to the float64 layer, with grads for x and every parameter in theirs."""
+import itertools
+
+import pytest
+import torch
+
+import scankit
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+MIXERS = {
+    "mingru": lambda **kw: scankit.MinGRU(5, 6, **kw),
+    "signed": lambda **kw: scankit.SignedMinGRU(5, 6, **kw),
+    "signed_coupled": lambda **kw: scankit.SignedMinGRU(5, 6, coupled=True, **kw),
+    "rotation": lambda **kw: scankit.RotationMinGRU(5, 6, **kw),
+    "givens": lambda **kw: scankit.GivensMinGRU(5, 8, block_size=4, rounds=2, **kw),
+}
+# (decay, h_0 given, packed): the fused gate kernels, decay's unfused terms, packed sequences
+PATHS = list(itertools.product([False, True], [False, True], [False, True]))
+
+
+@pytest.mark.parametrize("decay,given_h0,packed", PATHS, ids=lambda v: str(int(v)))
+@pytest.mark.parametrize("name", list(MIXERS))
+def test_mixer_trains_under_bf16_autocast(name, decay, given_h0, packed, kernel_mode, seed):
+    torch.manual_seed(seed)
+    m = MIXERS[name](decay=decay).to(DEVICE)
+    T = 13
+    B, lengths = (1, [4, 1, 8]) if packed else (2, None)
+    N = len(lengths) if packed else B
+    x = torch.randn(B, T if not packed else sum(lengths), 5, device=DEVICE)
+    kw = {}
+    if decay:
+        kw["delta_t"] = torch.rand(x.shape[:2], device=DEVICE) * 2
+    if given_h0:
+        kw["h_0"] = torch.rand(N, m.hidden_size, device=DEVICE) + 0.1
+    if packed:
+        kw["cu_seqlens"] = torch.tensor([0, *itertools.accumulate(lengths)], device=DEVICE)
+    xg = x.clone().requires_grad_()
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        h = m(xg, **kw)
+    assert h.dtype == torch.bfloat16 and h.shape == (*x.shape[:2], m.hidden_size)
+    h.float().square().sum().backward()
+    assert xg.grad.dtype == torch.float32 and torch.isfinite(xg.grad).all()
+    for pname, p in m.named_parameters():
+        if given_h0 and pname == "h0":  # the block mixers' learned h_0, replaced by the given one
+            assert p.grad is None
+            continue
+        assert p.grad is not None and p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all(), pname
+    with torch.no_grad():  # the oracle: the same layer in float64, eager
+        m64 = m.double()
+        kw64 = {k: v.double() if v.is_floating_point() else v for k, v in kw.items()}
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MINGRU_SCAN", "eager")
+            ref = m64(x.double(), **kw64)
+    # bf16 projections and terms (8 bits): a few parts in a hundred of the state's size over 13 steps
+    torch.testing.assert_close(h.double(), ref, rtol=0.05, atol=0.05 * max(1.0, ref.abs().max().item()))
