@@ -178,3 +178,29 @@ def test_layer_table_compares_with_compiled_plain_torch():
     assert f"| {m} | ({B}, {T}, {d}) | fp32 | 1.00 | 4.00 | 2.00 | n/a | " in md and "| 2.00× | 0.50× | yes |" in md
     assert "| 1.20× | 0.50× | **no** |" in md
     assert "Whole layers" not in report.render("scan_memory", dict(env=ENV, rows=[], ratios=[]))
+
+
+def test_environment_names_the_measured_tree_honestly(tmp_path, monkeypatch):
+    """A results file names the commit measured: $SCANKIT_COMMIT where a device script set it,
+    else HEAD, marked +modified when the measured code differs from HEAD (a stale .git)."""
+    import shutil
+    import subprocess
+
+    monkeypatch.setenv("SCANKIT_COMMIT", "abc1234")
+    assert report.environment()["commit"] == "abc1234"
+    monkeypatch.delenv("SCANKIT_COMMIT")
+    repo = tmp_path / "repo"
+    (repo / "benchmarks" / "harness").mkdir(parents=True)
+    (repo / "scankit").mkdir()
+    shutil.copy(report.__file__, repo / "benchmarks" / "harness" / "report.py")
+    (repo / "scankit" / "k.py").write_text("x = 1\n")
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=repo, check=True,
+                                    capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    head = git("rev-parse", "HEAD")
+    monkeypatch.setattr(report, "__file__", str(repo / "benchmarks" / "harness" / "report.py"))
+    assert report._checkout_commit() == head
+    (repo / "scankit" / "k.py").write_text("x = 2\n")
+    assert report._checkout_commit() == head + "+modified"

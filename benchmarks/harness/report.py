@@ -12,8 +12,22 @@ from pathlib import Path
 TEMPLATES = Path(__file__).resolve().parents[2] / "tools" / "templates"
 
 
+def _checkout_commit() -> str | None:
+    """HEAD of this checkout, with ``+modified`` when the measured code (scankit, benchmarks,
+    tools, scripts) differs from it: a copy whose .git is stale (the GPU machine's) says so
+    instead of naming a commit it does not hold."""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "HEAD"], cwd=root, capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "scankit", "benchmarks",
+                            "tools", "scripts"], cwd=root, capture_output=True, text=True)
+    return out.stdout.strip() + ("+modified" if dirty.returncode != 0 or dirty.stdout.strip() else "")
+
+
 def environment(commit: str | None = None) -> dict:
-    """torch, triton, device, driver, commit and UTC time of the current process."""
+    """torch, triton, device, driver, commit and UTC time of the current process: the commit is
+    ``commit``, else $SCANKIT_COMMIT (what a device script was told it runs), else the checkout's."""
     import torch
 
     try:
@@ -29,9 +43,7 @@ def environment(commit: str | None = None) -> dict:
         except (OSError, IndexError, subprocess.SubprocessError):
             driver = "unknown"
     if commit is None:
-        root = Path(__file__).resolve().parents[2]
-        out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "HEAD"], cwd=root, capture_output=True, text=True)
-        commit = out.stdout.strip() if out.returncode == 0 else None
+        commit = os.environ.get("SCANKIT_COMMIT") or _checkout_commit()
     return dict(
         torch=torch.__version__, triton=triton_version,
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
