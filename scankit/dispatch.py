@@ -77,11 +77,23 @@ def _warn_once(op: str, reason: BaseException) -> None:
         warnings.warn(f"scankit: {op} falls back to the eager reference ({reason})", RuntimeWarning, stacklevel=4)
 
 
+def _eager(device, eager):
+    """``eager()`` outside autocast: an op runs in its inputs' dtype on either path (under CUDA
+    autocast the references' exp, log and softplus would otherwise return fp32 for bf16 inputs,
+    where the kernels return bf16)."""
+    import torch
+
+    if device.type in ("cuda", "cpu") and torch.is_autocast_enabled(device.type):
+        with torch.autocast(device.type, enabled=False):
+            return eager()
+    return eager()
+
+
 def run(op: str, device, eager, kernel):
     """Run ``kernel(kernels_module)`` or ``eager()`` for ``op`` per ``MINGRU_SCAN``."""
     mode = scan_mode()
     if mode == "eager" or (mode == "auto" and device.type != "cuda"):
-        return eager()
+        return _eager(device, eager)
     if device.type != "cuda" and not interpreting():
         raise RuntimeError(
             f"MINGRU_SCAN=triton: {op} got {device.type} tensors; the kernels need CUDA tensors "
@@ -96,7 +108,7 @@ def run(op: str, device, eager, kernel):
         if mode == "triton":
             raise RuntimeError(f"MINGRU_SCAN=triton but the {op} kernel cannot run: {exc}") from exc
         _warn_once(op, exc)
-        return eager()
+        return _eager(device, eager)
 
 
 def _import_failed(exc: ImportError) -> bool:

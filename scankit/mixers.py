@@ -174,7 +174,8 @@ class MinGRU(_Mixer):
             self._log_gamma(delta_t, x)  # raises on a delta_t without decay
             return ops.mingru_scan(gate_hidden, h0=h0, return_final_state=return_final_state)
         log_a, log_b = self._log_terms(gate_hidden, x, delta_t)
-        return _scans(group).parallel_scan_log(log_a, log_b, log_h0=h0.log(), cu_seqlens=cu_seqlens,
+        log_h0, = _cast(gate_hidden.dtype, h0.log())  # autocast runs log in fp32
+        return _scans(group).parallel_scan_log(log_a, log_b, log_h0=log_h0, cu_seqlens=cu_seqlens,
                                                return_final_state=return_final_state)
 
     def _step(self, x, h, delta_t):

@@ -54,3 +54,22 @@ def test_mixer_trains_under_bf16_autocast(name, decay, given_h0, packed, kernel_
             ref = m64(x.double(), **kw64)
     # bf16 projections and terms (8 bits): a few parts in a hundred of the state's size over 13 steps
     torch.testing.assert_close(h.double(), ref, rtol=0.05, atol=0.05 * max(1.0, ref.abs().max().item()))
+
+
+@pytest.mark.parametrize("op_name", ["parallel_scan_log", "linear_scan", "linear_scan_state", "matrix_scan",
+                                     "matrix_affine_scan"])
+def test_ops_keep_their_inputs_dtype_under_autocast(op_name, kernel_mode, seed):
+    """An op is not an autocast op: bf16 in, bf16 out on both paths (the eager references run
+    outside autocast, whose fp32 exp / log would otherwise change their outputs' dtype), with
+    values of the op outside autocast."""
+    from benchmarks.harness.cases import OPS
+
+    dims = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "linear_scan_state": dict(B=2, D=5),
+            "matrix_scan": dict(B=2, n=3), "matrix_affine_scan": dict(B=2, n=2, k=4, v=2)}[op_name]
+    xs = [x.to(torch.bfloat16) for x in OPS[op_name].inputs(dict(dims, T=13), device=DEVICE, seed=seed)]
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        outs = OPS[op_name].fn(*xs)
+    want = OPS[op_name].fn(*xs)
+    for o, w in zip(outs if isinstance(outs, tuple) else (outs,), want if isinstance(want, tuple) else (want,)):
+        assert o.dtype == torch.bfloat16
+        torch.testing.assert_close(o, w)
