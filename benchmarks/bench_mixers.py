@@ -31,7 +31,7 @@ class MixerStep:
 
 
 class Layers:
-    """One training step of a MinGRU or SignedMinGRU layer (issue 19): scankit's on the kernels
+    """One training step of a minGRU-family layer (issue 19): scankit's on the kernels
     beside the same layer in plain torch, eager and compiled, and nn.GRU (cuDNN); fp32 and bf16
     autocast (benchmarks.harness.layers). Only ``kernel`` measures the commit; the rest are
     reference cells, measured once per machine and torch."""

@@ -69,19 +69,70 @@ def test_plain_signed_mingru_is_scankits_layer(T, seed, scan_mode):
             torch.testing.assert_close(g, g_want, rtol=1e-8, atol=1e-10)
 
 
+def _block_loop(module, x):
+    """A block layer's states step by step in float64 from its weights: h_t = M_t h_{t-1} + b_t
+    per k-block, M_t from the projection (the module's transitions), b_t = sigmoid(zk) v, h_0 the
+    learned one."""
+    B, T = x.shape[:2]
+    params, zk, pre_h = F.linear(x.double(), module.proj.weight.double(), module.proj.bias.double()).split(
+        [module.n_params, module.hidden_size, module.hidden_size], dim=-1)
+    M = module.transitions(params)
+    b = (torch.sigmoid(zk) * pre_h).reshape(B, T, module.n, module.k)
+    h, hs = module.h0.double().reshape(1, module.n, module.k).expand(B, -1, -1), []
+    for t in range(T):
+        h = torch.einsum("bnij,bnj->bni", M[:, t], h) + b[:, t]
+        hs.append(h.reshape(B, -1))
+    return torch.stack(hs, 1)
+
+
+@pytest.mark.parametrize("T", [1, 13, 257])
+@pytest.mark.parametrize("mixer", ["RotationMinGRU", "GivensMinGRU"])
+def test_plain_block_layers_are_scankits(mixer, T, seed, scan_mode):
+    """PlainRotationMinGRU / PlainGivensMinGRU (doubling of the blocks' affine maps in plain torch)
+    and scankit's layer with their weights against the float64 step loop: outputs and the grads of
+    x and every weight (h_0 random, so its grad is checked too)."""
+    scan_mode("eager")
+    torch.manual_seed(seed)
+    plain = layers.PLAIN[mixer](8, 16).double()
+    with torch.no_grad():
+        plain.h0.normal_()
+    ours = getattr(scankit, mixer)(8, 16).double()
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(3, T, 8, dtype=torch.float64, requires_grad=True)
+    for module in (plain, ours):
+        want = _block_loop(plain, x)
+        got = module(x)
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
+        w = torch.randn_like(want)
+        leaves = [x, *module.parameters()]
+        for g, g_want in zip(torch.autograd.grad((got * w).sum(), leaves),
+                             torch.autograd.grad((_block_loop(plain, x) * w).sum(), [x, *plain.parameters()])):
+            torch.testing.assert_close(g, g_want, rtol=1e-8, atol=1e-10)
+
+
+def test_plain_block_layers_skip_where_their_doubling_cannot_fit():
+    """The plain block layers' cells that would keep more than PLAIN_DOUBLING_GIB are skipped with
+    the reason; kernel cells and the elementwise mixers never are."""
+    big = grid.layer_skip_reason("GivensMinGRU", "32x4096x1024", "plain_compile")
+    assert big is not None and "GiB" in big
+    assert grid.layer_skip_reason("GivensMinGRU", "32x4096x1024", "kernel") is None
+    assert grid.layer_skip_reason("RotationMinGRU", "8x512x256", "plain_eager") is None
+    assert all(grid.layer_skip_reason("MinGRU", s, "plain_compile") is None for s in grid.LAYER_SHAPES)
+
+
 @pytest.mark.parametrize("mixer", grid.LAYER_MIXERS)
 @pytest.mark.parametrize("impl", [i for i in grid.LAYER_IMPLS if i != "plain_compile"])
 def test_every_layer_step_gives_input_and_weight_grads(impl, mixer, scan_mode):
     """The timed step: grads of x and of every parameter, finite; the kernel layer and the
     plain layer, built with the same seed, have the same weights and the same grads."""
     scan_mode("triton" if impl == "kernel" else "eager")
-    step = layers.train_step(impl, B=2, T=13, d=4, dtype="fp32", device=DEVICE, mixer=mixer)
+    step = layers.train_step(impl, B=2, T=13, d=8, dtype="fp32", device=DEVICE, mixer=mixer)
     grads = step()
-    module = layers.layer(impl, 4, mixer)
+    module = layers.layer(impl, 8, mixer)
     assert len(grads) == 1 + len(list(module.parameters()))
     assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
     if impl == "kernel":
-        plain = layers.train_step("plain_eager", B=2, T=13, d=4, dtype="fp32", device=DEVICE, mixer=mixer)()
+        plain = layers.train_step("plain_eager", B=2, T=13, d=8, dtype="fp32", device=DEVICE, mixer=mixer)()
         for g, g_plain in zip(grads, plain):
             torch.testing.assert_close(g, g_plain, rtol=1e-4, atol=1e-5)
 
@@ -89,7 +140,8 @@ def test_every_layer_step_gives_input_and_weight_grads(impl, mixer, scan_mode):
 def test_bad_layer_arguments_are_named():
     with pytest.raises(ValueError, match="impl must be one of kernel, plain_eager, plain_compile, cudnn_gru; got 'gru'"):
         layers.layer("gru", 4)
-    with pytest.raises(ValueError, match="mixer must be one of MinGRU, SignedMinGRU; got 'Givens'"):
+    with pytest.raises(ValueError, match="mixer must be one of MinGRU, SignedMinGRU, RotationMinGRU, GivensMinGRU; "
+                                         "got 'Givens'"):
         layers.layer("kernel", 4, "Givens")
     with pytest.raises(ValueError, match="dtype must be one of fp32, bf16; got 'fp16'"):
         layers.train_step("plain_eager", 2, 3, 4, "fp16", device="cpu")

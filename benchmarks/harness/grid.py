@@ -83,13 +83,31 @@ def skip_reason(op_name: str, shape: str, impl: str):
         return "compiling the doubling reference at this T takes minutes"
     return None
 # Whole layers as users train them (benchmarks.bench_mixers.Layers, issue 19): one training step
-# of a MinGRU / SignedMinGRU layer, (B, T, width), scankit's on the kernels ("kernel") beside the
-# same layer in plain torch (benchmarks.harness.layers.PlainMinGRU / PlainSignedMinGRU) eager and
-# under torch.compile, and torch.nn.GRU (cuDNN) of the same width (one set of cells for both
-# mixers); fp32 and bf16 autocast. Only "kernel" measures the commit: the others are reference
-# cells, measured once per machine and torch.
-LAYER_MIXERS = ("MinGRU", "SignedMinGRU")
+# of a minGRU-family layer, (B, T, width), scankit's on the kernels ("kernel") beside the same
+# layer in plain torch (benchmarks.harness.layers.PLAIN) eager and under torch.compile, and
+# torch.nn.GRU (cuDNN) of the same width (one set of cells for every mixer); fp32 and bf16
+# autocast. Only "kernel" measures the commit: the others are reference cells, measured once
+# per machine and torch.
+LAYER_MIXERS = ("MinGRU", "SignedMinGRU", "RotationMinGRU", "GivensMinGRU")
 LAYER_SHAPES = {"8x512x256": (8, 512, 256), "64x256x512": (64, 256, 512), "16x2048x512": (16, 2048, 512),
                 "32x4096x1024": (32, 4096, 1024), "4x16384x1024": (4, 16384, 1024)}
 LAYER_IMPLS = ("kernel", "plain_eager", "plain_compile", "cudnn_gru")
 LAYER_DTYPES = ("fp32", "bf16")
+
+
+LAYER_BLOCKS = {"RotationMinGRU": 2, "GivensMinGRU": 8}  # k of the block mixers' k x k transitions
+PLAIN_DOUBLING_GIB = 48  # what a plain block layer's doubling scan may keep for its backward
+
+
+def layer_skip_reason(mixer: str, shape: str, impl: str):
+    """Why a layer cell is not measured (None when it is): a plain block layer's doubling keeps
+    ~2 (B, T, d/k, k, k) fp32 tensors per step, log2 T steps, for its backward."""
+    k = LAYER_BLOCKS.get(mixer)
+    if k is None or impl not in ("plain_eager", "plain_compile"):
+        return None
+    B, T, d = LAYER_SHAPES[shape]
+    saved = 2 * B * T * d * k * 4 * max(1, (T - 1).bit_length()) / 2**30
+    if saved > PLAIN_DOUBLING_GIB:
+        return f"the plain doubling scan keeps ~{saved:.0f} GiB for its backward (> {PLAIN_DOUBLING_GIB})"
+    return None
+

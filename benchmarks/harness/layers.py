@@ -1,13 +1,14 @@
-"""Whole layers as a user trains them (issue 19): one training step of a MinGRU or SignedMinGRU
-layer of width d, forward and backward into the input and every weight from a fixed random grad
-output.
+"""Whole layers as a user trains them (issue 19): one training step of a minGRU-family layer
+(MinGRU, SignedMinGRU, RotationMinGRU, GivensMinGRU) of width d, forward and backward into the
+input and every weight from a fixed random grad output.
 
-* ``kernel``: ``scankit.MinGRU(d, d)`` / ``scankit.SignedMinGRU(d, d)`` on the Triton kernels
-  (the commit under test);
+* ``kernel``: ``scankit.<mixer>(d, d)`` on the Triton kernels (the commit under test);
 * ``plain_eager`` / ``plain_compile``: the same layer in plain torch as users write it, eager
   and under ``torch.compile`` (inductor): ``PlainMinGRU`` (lucidrains' minGRU-pytorch:
-  log-space gates, Heinsen's cumsum / logcumsumexp scan) and ``PlainSignedMinGRU`` (signed
-  coefficients have no log-space form: a Hillis-Steele doubling scan, log2 T steps);
+  log-space gates, Heinsen's cumsum / logcumsumexp scan), ``PlainSignedMinGRU`` (signed
+  coefficients have no log-space form: a Hillis-Steele doubling scan, log2 T steps) and
+  ``PlainRotationMinGRU`` / ``PlainGivensMinGRU`` (the k x k blocks' affine maps doubled the
+  same way, batched matmuls);
 * ``cudnn_gru``: ``torch.nn.GRU(d, d)`` (cuDNN), what users reach for first.
 
 bf16 runs the step under ``torch.autocast`` (weights and input stay fp32), as mixed-precision
@@ -65,6 +66,62 @@ class PlainSignedMinGRU(nn.Module):
         return b
 
 
+class _PlainBlockMinGRU(nn.Module):
+    """``scankit.RotationMinGRU(d, h)`` / ``GivensMinGRU(d, h)`` (their parameters, no decay) in
+    plain torch: the k x k transitions built from the projection (``givens_matrix`` is plain torch
+    too), then h_t = M_t h_{t-1} + b_t scanned by Hillis-Steele doubling of the affine maps
+    (M, b), log2 T batched matmuls, from the learned h_0."""
+
+    def __init__(self, d: int, h: int, k: int, n_params: int):
+        super().__init__()
+        self.k, self.n, self.hidden_size, self.n_params = k, h // k, h, n_params
+        self.proj = nn.Linear(d, n_params + 2 * h)
+        self.h0 = nn.Parameter(torch.zeros(h))
+
+    def transitions(self, params: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T = x.shape[:2]
+        params, zk, pre_h = self.proj(x).split([self.n_params, self.hidden_size, self.hidden_size], dim=-1)
+        M = self.transitions(params)  # (B, T, n, k, k)
+        b = (torch.sigmoid(zk) * pre_h).reshape(B, T, self.n, self.k, 1).to(M.dtype)
+        offset = 1
+        while offset < T:  # (M, b) composed with the map offset steps before: M_t M_s, M_t b_s + b_t
+            M, b = (torch.cat([M[:, :offset], M[:, offset:] @ M[:, :-offset]], dim=1),
+                    torch.cat([b[:, :offset], M[:, offset:] @ b[:, :-offset] + b[:, offset:]], dim=1))
+            offset *= 2
+        h0 = self.h0.to(M.dtype).reshape(1, 1, self.n, self.k, 1)
+        return (M @ h0 + b).reshape(B, T, self.hidden_size)
+
+
+class PlainRotationMinGRU(_PlainBlockMinGRU):
+    """2 x 2 blocks [[cos t, -sin t s], [sin t, cos t s]], s = tanh(u), from [t | u | zk | v]."""
+
+    def __init__(self, d: int, h: int):
+        super().__init__(d, h, 2, h)
+
+    def transitions(self, params):
+        from scankit.mixers import givens_matrix  # plain torch
+
+        theta, u = params.chunk(2, dim=-1)
+        M = givens_matrix(theta[..., None, None], 2)
+        return M * torch.stack([torch.ones_like(u), torch.tanh(u)], dim=-1)[..., None, :]
+
+
+class PlainGivensMinGRU(_PlainBlockMinGRU):
+    """8 x 8 special-orthogonal blocks, 3 rounds of brick-wall Givens rotations."""
+
+    def __init__(self, d: int, h: int, k: int = 8, rounds: int = 3):
+        self.rounds = rounds
+        super().__init__(d, h, k, (h // k) * rounds * k // 2)
+
+    def transitions(self, params):
+        from scankit.mixers import givens_matrix  # plain torch
+
+        return givens_matrix(params.reshape(*params.shape[:-1], self.n, self.rounds, self.k // 2), self.k)
+
+
 class _GRU(nn.Module):
     """torch.nn.GRU(d, h), batch first, its states as the output."""
 
@@ -74,6 +131,10 @@ class _GRU(nn.Module):
 
     def forward(self, x):
         return self.gru(x)[0]
+
+
+PLAIN = {"MinGRU": PlainMinGRU, "SignedMinGRU": PlainSignedMinGRU, "RotationMinGRU": PlainRotationMinGRU,
+         "GivensMinGRU": PlainGivensMinGRU}
 
 
 def layer(impl: str, d: int, mixer: str = "MinGRU") -> nn.Module:
@@ -89,7 +150,7 @@ def layer(impl: str, d: int, mixer: str = "MinGRU") -> nn.Module:
     if impl == "cudnn_gru":
         return _GRU(d, d)
     if impl in ("plain_eager", "plain_compile"):
-        return (PlainMinGRU if mixer == "MinGRU" else PlainSignedMinGRU)(d, d)
+        return PLAIN[mixer](d, d)
     raise ValueError(f"impl must be one of {', '.join(grid.LAYER_IMPLS)}; got {impl!r}")
 
 

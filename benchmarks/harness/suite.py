@@ -663,6 +663,10 @@ def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
                 if dev == "cpu" and (impl == "plain_compile" or dtype == "bf16"):
                     out["skipped"][key] = "smoke run on the CPU"
                     continue
+                reason = None if dev == "cpu" else grid.layer_skip_reason(mixer, shape, impl)
+                if reason is not None:
+                    out["skipped"][key] = reason
+                    continue
 
                 def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d, mixer=mixer):
                     fn = layers.train_step(impl, B, T, d, dtype, dev, mixer)
