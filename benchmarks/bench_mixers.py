@@ -1,5 +1,6 @@
 """Mixers as trained: a GivensMinGRU step, fused kernel path vs the generic path (MixerStep),
-and whole MinGRU / SignedMinGRU layers against plain torch and cuDNN (Layers)."""
+whole minGRU-family layers against plain torch and cuDNN (Layers), and a whole MinGRUStack on
+the kernels, eager and under torch.compile (Stacks)."""
 from benchmarks._adapter import cached, long_setup_cache, require_cell
 from benchmarks.harness import grid
 
@@ -60,3 +61,35 @@ class Layers:
 
     track_peak_cuda_memory.unit = "bytes"
     track_peak_cuda_memory.version = VERSION
+
+
+class Stacks:
+    """One training step of a MinGRUStack with one block of each mixer (issue 19), on the
+    kernels eagerly and under torch.compile with the kernels inside (benchmarks.harness.layers);
+    both measure the commit."""
+
+    params = [list(grid.STACK_SHAPES), list(grid.STACK_IMPLS), list(grid.LAYER_DTYPES)]
+    param_names = ["shape", "impl", "dtype"]
+    timeout = 1800
+
+    @long_setup_cache
+    def setup_cache(self):
+        from benchmarks.harness import suite
+
+        return suite.stack_cells()
+
+    def setup(self, cells, shape, impl, dtype):
+        require_cell(cells, "seconds", (shape, impl, dtype))
+
+    def track_step_time(self, cells, shape, impl, dtype):
+        return cached(cells["seconds"], (shape, impl, dtype))
+
+    track_step_time.unit = "seconds"
+    track_step_time.version = VERSION
+
+    def track_peak_cuda_memory(self, cells, shape, impl, dtype):
+        return cached(cells["peak_bytes"], (shape, impl, dtype))
+
+    track_peak_cuda_memory.unit = "bytes"
+    track_peak_cuda_memory.version = VERSION
+

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Direct benchmark driver: parity (--check), timing (--bench), mixer memory (--memory), whole
-layers (--layers: one training step against plain torch eager / compiled and cuDNN's GRU).
+layers (--layers: one training step against plain torch eager / compiled and cuDNN's GRU) and a
+whole MinGRUStack on the kernels, eager and compiled (--stacks).
 
 Writes experiments/bench/scan_{parity,bench,memory,layers}.{json,md} (or --out DIR), measured by
 the same code as the asv suites (benchmarks.harness.suite). Needs a CUDA device; without one
@@ -32,6 +33,8 @@ def main(argv=None):
     parser.add_argument("--memory", action="store_true", help="mixer training step: peak memory, kernel path vs generic")
     parser.add_argument("--layers", action="store_true",
                         help="one training step of whole layers (issue 19); --mixers / --layer-shapes / --dtypes pick rows")
+    parser.add_argument("--stacks", action="store_true",
+                        help="one training step of a MinGRUStack on the kernels, eager and torch.compile'd")
     parser.add_argument("--mixers", nargs="+", default=list(grid.LAYER_MIXERS), choices=list(grid.LAYER_MIXERS))
     parser.add_argument("--layer-shapes", nargs="+", default=list(grid.LAYER_SHAPES), choices=list(grid.LAYER_SHAPES))
     parser.add_argument("--dtypes", nargs="+", default=list(grid.LAYER_DTYPES), choices=list(grid.LAYER_DTYPES))
@@ -39,8 +42,8 @@ def main(argv=None):
     parser.add_argument("--ops", nargs="+", default=list(grid.OP_NAMES), choices=list(grid.OP_NAMES))
     parser.add_argument("--out", default=str(ROOT / "experiments" / "bench"), help="output folder")
     args = parser.parse_args(argv)
-    if not (args.check or args.bench or args.memory or args.layers):
-        parser.error("pass at least one of --check, --bench, --memory, --layers")
+    if not (args.check or args.bench or args.memory or args.layers or args.stacks):
+        parser.error("pass at least one of --check, --bench, --memory, --layers, --stacks")
     if not torch.cuda.is_available():
         print("=" * 72 + "\nSKIPPED: no CUDA device. --check compares against the Triton kernels on the GPU;\n"
               "--bench and --memory need a GPU to produce numbers. Nothing was written.\n" + "=" * 72,
@@ -66,9 +69,10 @@ def main(argv=None):
         payload = report.bench_payload(env, cells, suite.copy_bandwidth())
         print(report.bench_table(payload))
         report.write("scan_bench", payload, args.out)
-    if args.layers:
-        cells = suite.layer_cells(args.mixers, args.layer_shapes, dtypes=args.dtypes)
-        payload = report.layers_payload(env, cells)
+    if args.layers or args.stacks:
+        cells = suite.layer_cells(args.mixers, args.layer_shapes, dtypes=args.dtypes) if args.layers else \
+            dict(seconds={}, peak_bytes={}, failed={})
+        payload = report.layers_payload(env, cells, suite.stack_cells() if args.stacks else None)
         report.write("scan_layers", payload, args.out)
         print(report.layers_table(payload))
         for cell, error in payload["failed"].items():

@@ -97,6 +97,10 @@ def test_every_benchmark_body_ran_on_the_cpu(smoke):
     assert {k[0] for k in layer_steps} == set(grid.LAYER_MIXERS)
     for (mixer, shape, impl, dtype), v in layer_steps.items():  # the smoke run skips torch.compile and bf16
         assert (v > 0) if impl != "plain_compile" and dtype == "fp32" else math.isnan(v), (mixer, shape, impl, dtype, v)
+    stack_steps = asv_values(smoke["results"], "bench_mixers.Stacks.track_step_time")
+    assert len(stack_steps) == len(grid.STACK_SHAPES) * len(grid.STACK_IMPLS) * len(grid.LAYER_DTYPES)
+    for (shape, impl, dtype), v in stack_steps.items():  # the smoke run: the eager stack in fp32 only
+        assert (v > 0) if impl == "kernel" and dtype == "fp32" else math.isnan(v), (shape, impl, dtype, v)
 
 
 def test_times_are_recorded_with_samples_and_statistics(smoke):

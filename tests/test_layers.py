@@ -186,3 +186,33 @@ def test_layer_cells_measure_only_the_rows_asked_for(monkeypatch):
         suite.layer_cells(shapes=["1x2x3"])
     with pytest.raises(ValueError, match=r"dtypes must be among .*got \['fp16'\]"):
         suite.layer_cells(dtypes=["fp16"])
+
+
+def test_stack_cells_and_table(monkeypatch):
+    """The whole-model cells: a CPU smoke run measures the eager stack (seconds > 0) and skips the
+    rest with the reason; the table gives eager / compiled per dtype, n/a where a cell is
+    missing; a bad impl is refused by name."""
+    from benchmarks.harness import report, suite
+
+    monkeypatch.setenv("SCANKIT_BENCH_SMOKE", "1")
+    cells = suite.stack_cells()
+    assert not cells["failed"], cells["failed"]
+    shape = next(iter(grid.STACK_SHAPES))
+    for impl, dtype in itertools.product(grid.STACK_IMPLS, grid.LAYER_DTYPES):
+        key = (shape, impl, dtype)
+        if DEVICE == "cpu" and (impl == "kernel_compile" or dtype == "bf16"):
+            assert cells["skipped"][key] == "smoke run on the CPU"
+        else:
+            assert cells["seconds"][key] > 0
+    made = dict(seconds={(shape, "kernel", "fp32"): 3e-3, (shape, "kernel_compile", "fp32"): 2e-3,
+                         (shape, "kernel", "bf16"): 1e-3},
+                peak_bytes={(shape, "kernel", "fp32"): 2**30, (shape, "kernel_compile", "fp32"): 2**29})
+    rows = {r["dtype"]: r for r in report.stack_rows(made)}
+    assert rows["fp32"]["speedup"] == pytest.approx(1.5) and rows["fp32"]["compiled_mib"] == pytest.approx(512)
+    assert rows["bf16"]["compiled_ms"] is None and rows["bf16"]["speedup"] is None
+    env = dict(torch="t", triton="t", device="cpu", driver="-", commit="0" * 40, time="now")
+    md = report.render("scan_layers", report.layers_payload(env, dict(seconds={}, peak_bytes={}), made))
+    assert "| 3.00 | 2.00 | 1.50× | 1,024 | 512 |" in md and "| 1.00 | n/a | n/a |" in md
+    assert "## Whole layers" not in md  # no layer rows asked for: no empty layer table
+    with pytest.raises(ValueError, match="impl must be one of kernel, kernel_compile; got 'plain_eager'"):
+        layers.stack_step("plain_eager", 2, 3, 16, "fp32", device="cpu")

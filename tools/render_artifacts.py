@@ -30,6 +30,7 @@ SCANS = "bench_scans.Scans"
 PARITY = "bench_parity.Parity"
 MIXERS = "bench_mixers.MixerStep"
 LAYERS = "bench_mixers.Layers"
+STACKS = "bench_mixers.Stacks"
 PEERS = "bench_roofline.Peers"
 SCALING = "bench_roofline.Scaling"
 # the scan tables' time: device time (runs since the harness moved to benchmarks/), else the
@@ -181,6 +182,11 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
         if f"{LAYERS}.track_step_time" in run["results"]:  # runs before the layer cells have none
             memory.update(impls=grid.LAYER_IMPLS, target=report.LAYER_TARGET)
             memory["layers"] = report.layer_rows({table: values(run, f"{LAYERS}.track_{track}")
+                                                  for table, track in (("seconds", "step_time"),
+                                                                       ("peak_bytes", "peak_cuda_memory"))})
+        if f"{STACKS}.track_step_time" in run["results"]:  # runs before the stack cells have none
+            memory.update(stack_mixers=grid.STACK_MIXERS)
+            memory["stacks"] = report.stack_rows({table: values(run, f"{STACKS}.track_{track}")
                                                   for table, track in (("seconds", "step_time"),
                                                                        ("peak_bytes", "peak_cuda_memory"))})
         paths += report.write("scan_memory", memory, out_dir)

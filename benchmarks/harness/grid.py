@@ -111,3 +111,12 @@ def layer_skip_reason(mixer: str, shape: str, impl: str):
         return f"the plain doubling scan keeps ~{saved:.0f} GiB for its backward (> {PLAIN_DOUBLING_GIB})"
     return None
 
+
+# A whole model (benchmarks.bench_mixers.Stacks, issue 19): one training step of a
+# scankit.MinGRUStack with one block of each mixer (pre-norm residual blocks with MLPs) on the
+# kernels, eagerly and under torch.compile (inductor) with the kernels inside as custom ops.
+# Both measure the commit.
+STACK_MIXERS = ("mingru", "signed", "rotation", "givens")
+STACK_SHAPES = {"16x2048x512": (16, 2048, 512)}
+STACK_IMPLS = ("kernel", "kernel_compile")
+

@@ -157,15 +157,34 @@ def layer(impl: str, d: int, mixer: str = "MinGRU") -> nn.Module:
 def train_step(impl: str, B: int, T: int, d: int, dtype: str, device: str = "cuda", mixer: str = "MinGRU"):
     """A callable: one forward + backward of ``impl``'s ``mixer`` layer on (B, T, d) inputs, grads
     of the input and every weight from a fixed random grad output; bf16 under autocast."""
+    return _step(layer(impl, d, mixer), impl == "plain_compile", B, T, d, dtype, device)
+
+
+def stack(d: int) -> nn.Module:
+    """``scankit.MinGRUStack(d)`` with one block of each of grid.STACK_MIXERS, seeded weights."""
+    import scankit
+
+    torch.manual_seed(0)
+    return scankit.MinGRUStack(d, depth=len(grid.STACK_MIXERS), mixer=list(grid.STACK_MIXERS))
+
+
+def stack_step(impl: str, B: int, T: int, d: int, dtype: str, device: str = "cuda"):
+    """``train_step`` of the whole stack on the kernels, eagerly or compiled (grid.STACK_IMPLS)."""
+    if impl not in grid.STACK_IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(grid.STACK_IMPLS)}; got {impl!r}")
+    return _step(stack(d), impl == "kernel_compile", B, T, d, dtype, device)
+
+
+def _step(module: nn.Module, compiled: bool, B: int, T: int, d: int, dtype: str, device: str):
     if dtype not in grid.LAYER_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(grid.LAYER_DTYPES)}; got {dtype!r}")
-    module = layer(impl, d, mixer).to(device)
-    if impl == "plain_compile":
+    module = module.to(device)
+    if compiled:
         # compiled afresh for this one shape, as a user with fixed shapes gets it: dynamo would
         # otherwise take the earlier cells' graphs as a reason to go dynamic (a slower graph),
         # and past its recompile limit run eager under this name
         torch.compiler.reset()
-    fwd = torch.compile(module) if impl == "plain_compile" else module
+    fwd = torch.compile(module) if compiled else module
     x = torch.randn(B, T, d, device=device, requires_grad=True)
     leaves = [x, *module.parameters()]
     autocast = dict(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=dtype == "bf16")

@@ -208,12 +208,38 @@ def layer_rows(cells: dict, measured_only: bool = False) -> list[dict]:
     return rows
 
 
-def layers_payload(env: dict, cells: dict) -> dict:
-    """scan_layers (the direct driver's ``--layers``): the measured rows of the layer table."""
+def stack_rows(cells: dict) -> list[dict]:
+    """Rows of the stack table from ``suite.stack_cells`` output (keys (shape, impl, dtype)): the
+    eager and compiled step (ms), eager / compiled, and the peaks (MiB); a missing cell is None."""
     from . import grid
 
+    rows = []
+    for (shape, (B, T, d)), dtype in itertools.product(grid.STACK_SHAPES.items(), grid.LAYER_DTYPES):
+        def get(impl, table="seconds"):
+            v = cells[table].get((shape, impl, dtype))
+            return None if v is None or math.isnan(v) else v
+
+        eager, compiled = get("kernel"), get("kernel_compile")
+        if eager is None and compiled is None:
+            continue
+        rows.append(dict(shape=f"({B}, {T}, {d})", dtype=dtype, eager_ms=None if eager is None else eager * 1e3,
+                         compiled_ms=None if compiled is None else compiled * 1e3,
+                         speedup=eager / compiled if eager and compiled else None,
+                         eager_mib=None if get("kernel", "peak_bytes") is None else get("kernel", "peak_bytes") / 2**20,
+                         compiled_mib=None if get("kernel_compile", "peak_bytes") is None
+                         else get("kernel_compile", "peak_bytes") / 2**20))
+    return rows
+
+
+def layers_payload(env: dict, cells: dict, stacks: dict | None = None) -> dict:
+    """scan_layers (the direct driver's ``--layers`` / ``--stacks``): the measured rows of the
+    layer table and of the stack table."""
+    from . import grid
+
+    failed = {**cells.get("failed", {}), **(stacks or {}).get("failed", {})}
     return dict(env=env, impls=grid.LAYER_IMPLS, target=LAYER_TARGET, layers=layer_rows(cells, measured_only=True),
-                failed={" ".join(k): v for k, v in cells.get("failed", {}).items()})
+                stacks=stack_rows(stacks) if stacks else [], stack_mixers=grid.STACK_MIXERS,
+                failed={" ".join(k): v for k, v in failed.items()})
 
 
 def layers_table(payload: dict) -> str:
@@ -224,7 +250,14 @@ def layers_table(payload: dict) -> str:
     table = [(r["mixer"], r["shape"], r["dtype"], *(r["ms"][i] for i in impls), r["speedup"], r["memory"])
              for r in payload["layers"]]
     head = ["layer", "(B, T, d)", "dtype", *(f"{i} ms" for i in impls), "compiled/kernel", "kernel/compiled peak"]
-    return tabulate(table, head, floatfmt=".3f", missingval="-")
+    text = tabulate(table, head, floatfmt=".3f", missingval="-") if table else ""
+    if payload.get("stacks"):
+        rows = [(r["shape"], r["dtype"], r["eager_ms"], r["compiled_ms"], r["speedup"], r["eager_mib"], r["compiled_mib"])
+                for r in payload["stacks"]]
+        text += ("\n\n" if text else "") + "MinGRUStack (" + ", ".join(payload["stack_mixers"]) + "), kernels:\n" + tabulate(
+            rows, ["(B, T, d)", "dtype", "eager ms", "compiled ms", "eager/compiled", "eager MiB", "compiled MiB"],
+            floatfmt=".3f", missingval="-")
+    return text
 
 
 def bench_table(payload: dict) -> str:

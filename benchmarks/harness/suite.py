@@ -689,6 +689,41 @@ def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
     return out
 
 
+def stack_cells() -> dict:
+    """Seconds and peak bytes of one training step of the mixer stack (grid.STACK_*; keys (shape,
+    impl, dtype)), eager and compiled, both on the kernels at this commit. A CPU smoke run: tiny
+    dims, eager fp32, seconds only."""
+    import torch
+
+    from . import layers, measure
+
+    dev = device()
+    out = dict(seconds={}, peak_bytes={}, skipped={}, failed={})
+    for shape, (B, T, d) in grid.STACK_SHAPES.items():
+        if dev == "cpu":
+            B, T, d = 2, 7, 16
+        for impl, dtype in itertools.product(grid.STACK_IMPLS, grid.LAYER_DTYPES):
+            key = (shape, impl, dtype)
+            if dev == "cpu" and (impl == "kernel_compile" or dtype == "bf16"):
+                out["skipped"][key] = "smoke run on the CPU"
+                continue
+
+            def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d):
+                fn = layers.stack_step(impl, B, T, d, dtype, dev)
+                if dev == "cpu":
+                    return dict(seconds=_cpu_seconds(fn), peak_bytes=None)
+                cell = dict(seconds=measure.median_of(measure.device_time(fn)), peak_bytes=measure.peak_bytes(fn))
+                del fn
+                torch.cuda.empty_cache()
+                return cell
+
+            with measure.scan_mode(measure._kernel_mode(dev)):
+                cell = failing(out, key, measure_it)
+            if cell is not None:
+                out["seconds"][key], out["peak_bytes"][key] = cell["seconds"], cell["peak_bytes"]
+    return out
+
+
 class IsolatedWorker:
     """A spawned process that runs calls one at a time, so that a CUDA fault there
     (third-party kernels) cannot poison this process's context. ``close()`` retires it (the
