@@ -634,6 +634,22 @@ def mixer_cells() -> dict:
     return dict(seconds=seconds, peak_bytes=peak)
 
 
+def _step_cell(make_step, dev: str) -> dict:
+    """Seconds (median device time; the CPU's wall clock in a smoke run) and peak bytes of the
+    training step ``make_step()`` builds, its memory released after."""
+    import torch
+
+    from . import measure
+
+    fn = make_step()
+    if dev == "cpu":
+        return dict(seconds=_cpu_seconds(fn), peak_bytes=None)
+    cell = dict(seconds=measure.median_of(measure.device_time(fn)), peak_bytes=measure.peak_bytes(fn))
+    del fn
+    torch.cuda.empty_cache()
+    return cell
+
+
 def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
     """Seconds and peak bytes of one training step of each mixer's layer, shape, impl and dtype
     (grid.LAYER_*, or the subsets named; benchmarks.harness.layers; keys (mixer, shape, impl,
@@ -641,8 +657,6 @@ def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
     in the machine's reference cache (measured once per machine and torch, keyed by the layers
     module's source; the cuDNN GRU once for every mixer). A CPU smoke run: tiny dims, fp32,
     seconds only, no torch.compile."""
-    import torch
-
     from . import layers, measure
 
     picked = []
@@ -669,13 +683,7 @@ def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
                     continue
 
                 def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d, mixer=mixer):
-                    fn = layers.train_step(impl, B, T, d, dtype, dev, mixer)
-                    if dev == "cpu":
-                        return dict(seconds=_cpu_seconds(fn), peak_bytes=None)
-                    cell = dict(seconds=measure.median_of(measure.device_time(fn)), peak_bytes=measure.peak_bytes(fn))
-                    del fn
-                    torch.cuda.empty_cache()
-                    return cell
+                    return _step_cell(lambda: layers.train_step(impl, B, T, d, dtype, dev, mixer), dev)
 
                 if impl == "kernel":
                     with measure.scan_mode(measure._kernel_mode(dev)):
@@ -693,8 +701,6 @@ def stack_cells() -> dict:
     """Seconds and peak bytes of one training step of the mixer stack (grid.STACK_*; keys (shape,
     impl, dtype)), eager and compiled, both on the kernels at this commit. A CPU smoke run: tiny
     dims, eager fp32, seconds only."""
-    import torch
-
     from . import layers, measure
 
     dev = device()
@@ -709,13 +715,7 @@ def stack_cells() -> dict:
                 continue
 
             def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d):
-                fn = layers.stack_step(impl, B, T, d, dtype, dev)
-                if dev == "cpu":
-                    return dict(seconds=_cpu_seconds(fn), peak_bytes=None)
-                cell = dict(seconds=measure.median_of(measure.device_time(fn)), peak_bytes=measure.peak_bytes(fn))
-                del fn
-                torch.cuda.empty_cache()
-                return cell
+                return _step_cell(lambda: layers.stack_step(impl, B, T, d, dtype, dev), dev)
 
             with measure.scan_mode(measure._kernel_mode(dev)):
                 cell = failing(out, key, measure_it)
