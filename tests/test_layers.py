@@ -216,3 +216,21 @@ def test_stack_cells_and_table(monkeypatch):
     assert "## Whole layers" not in md  # no layer rows asked for: no empty layer table
     with pytest.raises(ValueError, match="impl must be one of kernel, kernel_compile; got 'plain_eager'"):
         layers.stack_step("plain_eager", 2, 3, 16, "fp32", device="cpu")
+
+
+def test_profile_layer_script_names_where_a_step_goes(tmp_path, capsys):
+    """scripts/profile_layer.py (a smoke run on the CPU: the step's ops; on a GPU its kernels):
+    the table sums to the header's total, and --out keeps the table and one step's trace."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "profile_layer.py"
+    spec = importlib.util.spec_from_file_location("profile_layer", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--mixer", "MinGRU", "--steps", "1", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("MinGRU kernel (") and "us per step" in text and "share" in text
+    assert {p.suffix for p in tmp_path.iterdir()} == {".txt", ".json"}
+    with pytest.raises(SystemExit):
+        mod.main(["--mixer", "stack", "--impl", "plain_eager"])
