@@ -180,7 +180,7 @@ class MinGRU(_Mixer):
 
     def _step(self, x, h, delta_t):
         log_a, log_b = self._log_terms(self.to_gate_hidden(x), x, delta_t)
-        return (log_a.exp() * h.unsqueeze(1) + log_b.exp()).squeeze(1)
+        return (log_a.exp() * h.unsqueeze(1) + log_b.exp()).squeeze(1).to(log_a.dtype)  # forward's dtype
 
 
 class SignedMinGRU(_Mixer):
@@ -216,7 +216,7 @@ class SignedMinGRU(_Mixer):
 
     def _step(self, x, h, delta_t):
         a, b = self._terms(self.proj(x), x, delta_t)
-        return (a * h.unsqueeze(1) + b).squeeze(1)
+        return (a * h.unsqueeze(1) + b).squeeze(1).to(b.dtype)  # forward's dtype
 
 
 class _BlockMixer(_Mixer):
@@ -283,7 +283,7 @@ class _BlockMixer(_Mixer):
         angles, scale, gamma, b = self._terms(x, delta_t)
         M = self._transitions(angles, scale, gamma)
         h = h.reshape(x.shape[0], 1, self.n, self.k, 1)
-        return ((M @ h).squeeze(-1) + b).reshape(x.shape[0], self.hidden_size)
+        return ((M @ h.to(M.dtype)).squeeze(-1) + b).reshape(x.shape[0], self.hidden_size).to(b.dtype)
 
 
 class RotationMinGRU(_BlockMixer):

@@ -73,3 +73,24 @@ def test_ops_keep_their_inputs_dtype_under_autocast(op_name, kernel_mode, seed):
     for o, w in zip(outs if isinstance(outs, tuple) else (outs,), want if isinstance(want, tuple) else (want,)):
         assert o.dtype == torch.bfloat16
         torch.testing.assert_close(o, w)
+
+
+@pytest.mark.parametrize("decay", [False, True])
+@pytest.mark.parametrize("name", list(MIXERS))
+def test_step_continues_forward_in_its_dtype_under_autocast(name, decay, kernel_mode, seed):
+    """Streaming under autocast: forward over a prefix, then step from its final state, gives the
+    states of one forward over the whole sequence, in the same dtype."""
+    torch.manual_seed(seed)
+    m = MIXERS[name](decay=decay).to(DEVICE)
+    x = torch.randn(2, 9, 5, device=DEVICE)
+    dt = torch.rand(2, 9, device=DEVICE) * 2 if decay else None
+    with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+        whole = m(x, delta_t=dt)
+        prefix, state = m(x[:, :5], delta_t=None if dt is None else dt[:, :5], return_final_state=True)
+        steps = []
+        for t in range(5, 9):
+            state = m.step(x[:, t], state, None if dt is None else dt[:, t])
+            steps.append(state)
+    assert prefix.dtype == state.dtype == whole.dtype == torch.bfloat16
+    got = torch.cat([prefix, torch.stack(steps, 1)], 1)
+    torch.testing.assert_close(got.float(), whole.float(), rtol=0.05, atol=0.05 * max(1.0, whole.abs().max().item()))
