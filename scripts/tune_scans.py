@@ -441,37 +441,39 @@ def roofline_sweep(budget, log):
                                      direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
-GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (32, 4096, 1024), (1, 65536, 1024)]
+GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (4, 16384, 1024), (8, 512, 256), (32, 4096, 1024)]
+# the gated kernels' paths: the default rule, every pass walking in the in-thread tiles, none
+GATED_PATHS = {"default": None, "walk": {"fwd": 0, "bwd": 0}, "tiles": {"fwd": 1e9, "bwd": 1e9}}
 
 
 def gated_sweep(budget, log):
-    """The gated scans (minGRU, coupled signed) against their unfused form (the terms in torch,
-    then the scan op) in one process, and the gated backward's in-thread rows per tile
-    (IN_THREAD["gated_bwd_rows"]: 4 is the only one without spills at sm_90), checked against the
-    first configuration. % of copy by the fewest bytes: fwd reads n D and writes D per token;
-    fwd+bwd adds the grad out, proj and h read and the proj grad written."""
+    """The gated scans (minGRU, signed) against their unfused form (the terms in torch, then the
+    scan op) in one process, fp32 and bf16, each on every path (``GATED_PATHS``: where the
+    in-thread walk takes over from the chunked / look-back tiles, IN_THREAD["programs_per_sm"]),
+    checked against the first configuration. % of copy by the fewest bytes: fwd reads n D and
+    writes D per token; fwd+bwd adds the grad out, proj and h read and the proj grad written."""
     import scankit
     from scankit import reference
 
     copy = measure.copy_bandwidth()
     ops = {"mingru": (scankit.mingru_scan, 2, lambda p: scankit.parallel_scan_log(
                *reference.mingru_log_terms(p), log_h0=p.new_full((p.shape[0], p.shape[2] // 2), -float("inf")))),
-           "coupled": (lambda p: scankit.signed_mingru_scan(p, coupled=True), 3, lambda p: scankit.linear_scan(
-               *reference.signed_mingru_terms(p, True), return_prefix=False))}
+           "signed": (scankit.signed_mingru_scan, 3, lambda p: scankit.linear_scan(
+               *reference.signed_mingru_terms(p, False), return_prefix=False))}
     reference_out = {}
-    for (gate, (fused, n, unfused)), dims, direction in itertools.product(ops.items(), GATED_DIMS, grid.DIRECTIONS):
+    for dims, dtype, (gate, (fused, n, unfused)), direction in itertools.product(
+            GATED_DIMS, (torch.bfloat16, torch.float32), ops.items(), grid.DIRECTIONS):
         B, T, D = dims
-        rows = (4, 8, 16) if direction == "fwdbwd" else (common.IN_THREAD["gated_bwd_rows"],)
-        for impl, row in [("unfused", None)] + [("fused", r) for r in rows]:
+        for impl, path in [("unfused", None)] + [("fused", p) for p in GATED_PATHS]:
             if time.time() - START > budget:
                 return
             with knobs(common.IN_THREAD):
-                if row is not None:
-                    common.IN_THREAD["gated_bwd_rows"] = row
-                p = (torch.randn(B, T, n * D, device="cuda") * 2).requires_grad_(direction == "fwdbwd")
+                if GATED_PATHS.get(path):
+                    common.IN_THREAD["programs_per_sm"] = GATED_PATHS[path]
+                p = (torch.randn(B, T, n * D, device="cuda") * 2).to(dtype).requires_grad_(direction == "fwdbwd")
                 fn = measure.callable_workload(fused if impl == "fused" else unfused, (p,), direction)
                 result = [t.detach().float().clone() for t in _flat(fn())]
-                key = (gate, dims, direction)
+                key = (gate, dims, dtype, direction)
                 err = None
                 if key in reference_out:
                     err = max(((r - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
@@ -481,9 +483,10 @@ def gated_sweep(budget, log):
                 us = 1e6 * measure.median_of(measure.device_time(fn))
                 del p, fn, result
                 torch.cuda.empty_cache()
-            moved = 4 * B * T * D * ((n + 1) if direction == "fwd" else (2 * n + 3 + n))
-            log(dict(section="gated", gate=gate, impl=impl, gated_bwd_rows=row, dims=dims, direction=direction,
-                     us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
+            p_bytes = B * T * D * (2 if dtype == torch.bfloat16 else 4)
+            moved = p_bytes * ((n + 1) if direction == "fwd" else (2 * n + 3 + n))
+            log(dict(section="gated", gate=gate, impl=impl, path=path, dims=dims, dtype=str(dtype)[6:],
+                     direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
 SECTIONS = dict(gated=gated_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,

@@ -33,10 +33,10 @@ def gpu_config(monkeypatch):
     return seen
 
 
-def _walked(seen, name):
+def _walked(seen, name, element_size=4):
     from scankit.triton import common
 
-    block_t, block_d, warps = common.IN_THREAD["tile"]
+    block_t, block_d, warps = common.IN_THREAD["tile"][element_size]
     return [m for k, m in seen if k == name and m["BLOCK_D"] == block_d and m["num_warps"] == warps
             and m["BLOCK_T"] == block_t]
 
@@ -108,8 +108,52 @@ def test_gated_scans_walk_in_thread(gate, T, seed, gpu_config):
 
     fwd = _walked(gpu_config, "_fwd_kernel")
     bwd = [m for k, m in gpu_config if k == "_bwd_kernel" and m["BLOCK_D"] == 128 and m["num_warps"] == 1
-           and m["BLOCK_T"] == common.IN_THREAD["gated_bwd_rows"]]  # the gated backward's shorter tile
+           and m["BLOCK_T"] == common.IN_THREAD["gated_bwd_rows"][4]]  # the gated backward's shorter tile
     assert len(fwd) == len(bwd) == 1 and fwd[0]["GATE"] and bwd[0]["GATE"], gpu_config
+
+
+@pytest.mark.parametrize("T", [1, 13, 257])
+@pytest.mark.parametrize("op", ["linear_scan", "mingru_scan", "signed_mingru_scan"])
+def test_two_byte_inputs_walk_in_their_own_tiles(op, T, seed, gpu_config):
+    """bf16 walks in the 2-byte in-thread tiles (a lane holds 8 columns, the warp 256: a 128-wide
+    tile would split each row over two lanes); D = 272 leaves the second column tile 240 columns
+    masked, B x 2 = 6 programs walk both passes. Against the float64 loop of the same bf16
+    inputs, to bf16's rounding, states and grads, with h0; the gated backward's shorter tile."""
+    import scankit
+    from scankit.triton import common
+    from oracles import mingru_loop, signed_loop
+
+    B, D = 3, 272
+    g = torch.Generator().manual_seed(seed)
+    n = {"linear_scan": 2, "mingru_scan": 2, "signed_mingru_scan": 3}[op]
+    if op == "linear_scan":
+        x = torch.cat([torch.rand(B, T, D, generator=g) * 0.5 + 0.5, torch.randn(B, T, D, generator=g)], -1)
+    else:
+        x = torch.randn(B, T, n * D, generator=g) * 2
+    x = x.to(torch.bfloat16).to(DEVICE).requires_grad_()
+    h0 = torch.rand(B, D, generator=g).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    if op == "linear_scan":
+        h = scankit.linear_scan(x[..., :D], x[..., D:], h0=h0, return_prefix=False)
+        loop = lambda p, s: _loop(p[..., :D], p[..., D:], s, False, None)  # noqa: E731
+    elif op == "mingru_scan":
+        h, loop = scankit.mingru_scan(x, h0=h0), mingru_loop
+    else:
+        h, loop = scankit.signed_mingru_scan(x, h0=h0), signed_loop
+    assert h.dtype == torch.bfloat16
+    ref_leaves = [t.detach().double().cpu().requires_grad_() for t in (x, h0)]
+    ref = loop(*ref_leaves)
+    scale = ref.abs().max().item() + 1
+    torch.testing.assert_close(h.detach().cpu().double(), ref.detach(), atol=2e-2 * scale, rtol=2e-2)
+    w = torch.randn(ref.shape, dtype=torch.float64)
+    got = torch.autograd.grad((h.double() * w.to(DEVICE)).sum(), (x, h0))
+    want = torch.autograd.grad((ref * w).sum(), ref_leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.cpu().double(), b, atol=3e-2 * (b.abs().max().item() + 1), rtol=3e-2)
+    fwd = _walked(gpu_config, "_fwd_kernel", 2)
+    rows = common.IN_THREAD["gated_bwd_rows"][2] if op != "linear_scan" else common.IN_THREAD["tile"][2][0]
+    bwd = [m for k, m in gpu_config if k == "_bwd_kernel" and m["BLOCK_D"] == common.IN_THREAD["tile"][2][1]
+           and m["num_warps"] == 1 and m["BLOCK_T"] == rows]
+    assert len(fwd) == len(bwd) == 1, gpu_config
 
 
 def test_packed_sequences_walk_in_thread(seed, gpu_config):
@@ -175,5 +219,10 @@ def test_walking_needs_aligned_rows_and_enough_programs():
         assert not common.in_thread_walk(gpu, 32, 1040, "fwd", odd)                   # rows 1048 apart
         assert not common.in_thread_walk(gpu, 32, 1008, "fwd", x[:, :, 16:], x[:, :, 15:1023])  # offset 15
         assert not common.in_thread_walk(gpu, 32, 1024, "fwd", x.transpose(1, 2).contiguous().transpose(1, 2))
+        half = torch.empty(32, 4096, 1024, device="meta", dtype=torch.bfloat16)
+        assert common.in_thread_tile(half, x) == common.IN_THREAD["tile"][2]       # the narrowest element's
+        assert common.in_thread_walk(gpu, 16, 1024, "fwd", half)                    # 64 programs of 256 columns
+        assert not common.in_thread_walk(gpu, 8, 1024, "fwd", half)                 # 32: look-back
+        assert not common.in_thread_walk(gpu, 128, 128, "fwd", half[..., :128])     # narrower than its tile
     finally:
         common.on_gpu, common._sm_count = saved

@@ -499,11 +499,15 @@ def _linear_grads(a_ptr, b_ptr, h0, hout_ptr, aout_ptr, da_ptr, db_ptr, bi, rows
         v_off = bi * sb_b + m[:, None] * sb_t + d[None, :] * sb_d
         v = tl.load(b_ptr + v_off, mask=mask, other=0.0).to(tl.float32)
         da, dm, db = _gate_grads(x, _gate_mid(b_ptr, v_off, D, sb_d, mask, GATE), v, ghat, da, GATE)
-        # (bi T + m) D + d -> (bi T + m) n D + d, never past the n D-wide views' spans (I64)
+        # row (bi T + m) of the (B T, n D) gradient, never past the n D-wide views' spans (I64); formed
+        # from (row, d) and not from ``off`` (off - d + d: Triton's contiguity analysis loses the
+        # columns there, and every store went scalar in the sm_90 build)
         if GATE == 1:
-            off = 2 * (off - d[None, :]) + d[None, :]
+            width = 2 * D
         else:
-            off = 3 * (off - d[None, :]) + d[None, :]
+            width = 3 * D
+        off = (bi * T + m[:, None]) * width + d[None, :]
+        if GATE >= 2:
             tl.store(db_ptr + off - D, dm.to(db_ptr.dtype.element_ty), mask=mask)  # zk's: D columns before v's
     tl.store(db_ptr + off, db.to(db_ptr.dtype.element_ty), mask=mask)
     tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=mask)
@@ -810,14 +814,14 @@ def _h0_strides(h0):
 def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
     """(BLOCK_T, BLOCK_D, warps, pipelining stages, chunks, chunk length) for (B, T, D) inputs
     ``a`` in pass ``pass_`` ("fwd" / "bwd") over the tensors ``rows`` it reads and writes: the
-    in-thread walking tiles where they apply (``common.in_thread_walk``; a gated backward walks
-    ``IN_THREAD["gated_bwd_rows"]`` rows a tile), else enough T-chunks of the family's tiles to
+    in-thread walking tiles of their narrowest element where they apply (``common.in_thread_walk``;
+    a gated backward walks ``IN_THREAD["gated_bwd_rows"]`` rows a tile), else enough T-chunks of the family's tiles to
     fill the device; chunks a whole number of tiles long."""
     B, T, D = a.shape
     if not log and common.in_thread_walk(a.device, B, D, pass_, *rows):
-        block_t, block_d, warps = common.IN_THREAD["tile"]
+        block_t, block_d, warps = common.in_thread_tile(*rows)
         if gate and pass_ == "bwd":
-            block_t = common.IN_THREAD["gated_bwd_rows"]
+            block_t = common.IN_THREAD["gated_bwd_rows"][min(x.element_size() for x in rows if x is not None)]
         return block_t, block_d, warps, common.IN_THREAD["stages"][pass_], 1, cdiv(T, block_t) * block_t
     block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device)
