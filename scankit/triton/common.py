@@ -91,12 +91,13 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 # 482 -> 401 us (95% of copy), fwd+bwd 1257 -> 1107; at (B, 4096, 1024) the forward walks faster
 # from B = 8 (64 programs) on, the backward from B = 24 (192; at 128 the look-back's was 593
 # against 421 us). Not the log op: with its exps the one-warp walk is issue-bound (large fwd
-# 496 -> 963 us). A gated backward (``elementwise.gated_scan``: the pre-activations' grads formed
-# in registers) walks "gated_bwd_rows" rows a tile (per element size, as many elements a thread):
-# at 16 fp32 rows (and at 8, any stages) its sm_90 build spills 0.4-6.7 KB per thread, at 4 none
-# (168-218 registers; compile_for_gpu --resources, session 19).
+# 496 -> 963 us), and not the gated scans (``elementwise.gated_scan``) for the same reason: the
+# gates' exps and divisions in one warp. H100, tune_scans --sections gated, session 22: minGRU
+# fp32 at (16, 2048, 512), 64 programs, fwd 589 us walking against 177 on the tiles, fwd+bwd 852
+# against 430; at (64, 256, 512) bf16 (128 programs) 151 against 56 and 210 against 116; at 256
+# programs (fp32 (64, 256, 512)) the fwd was even (79 / 75), the fwd+bwd 283 against 168.
 IN_THREAD = {"tile": {4: (16, 128, 1), 2: (8, 256, 1)}, "stages": {"fwd": 4, "bwd": 3},
-             "programs_per_sm": {"fwd": 0.45, "bwd": 1.25}, "gated_bwd_rows": {4: 4, 2: 2}}
+             "programs_per_sm": {"fwd": 0.45, "bwd": 1.25}}
 
 
 def in_thread_tile(*tensors) -> tuple[int, int, int]:

@@ -16,7 +16,8 @@ With GATE (``gated_scan``: ``mingru_scan``, ``signed_mingru_scan``) the linear k
 projection's pre-activations where they would read (a, b) and form (a, b) in registers (minGRU:
 a = sigmoid(-k), b = sigmoid(k) g(v)); the backward turns (da, db) into the pre-activations'
 grads there too, written as one (B, T, n D) gradient: every path above (one pass, chunks,
-look-back, in-thread tiles) runs the gated recurrences with no tensor of a or b.
+look-back; not the in-thread walk, ``common.IN_THREAD``) runs the gated recurrences with no
+tensor of a or b.
 
 A scan from the end (``reverse``, constexpr REV) maps every time-indexed address through
 ``lang.row`` (step t at memory row T - 1 - t): the same kernels walk time backwards in place,
@@ -815,13 +816,11 @@ def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
     """(BLOCK_T, BLOCK_D, warps, pipelining stages, chunks, chunk length) for (B, T, D) inputs
     ``a`` in pass ``pass_`` ("fwd" / "bwd") over the tensors ``rows`` it reads and writes: the
     in-thread walking tiles of their narrowest element where they apply (``common.in_thread_walk``;
-    a gated backward walks ``IN_THREAD["gated_bwd_rows"]`` rows a tile), else enough T-chunks of the family's tiles to
+    not the log op nor the gates: ``common.IN_THREAD``), else enough T-chunks of the family's tiles to
     fill the device; chunks a whole number of tiles long."""
     B, T, D = a.shape
-    if not log and common.in_thread_walk(a.device, B, D, pass_, *rows):
+    if not log and not gate and common.in_thread_walk(a.device, B, D, pass_, *rows):
         block_t, block_d, warps = common.in_thread_tile(*rows)
-        if gate and pass_ == "bwd":
-            block_t = common.IN_THREAD["gated_bwd_rows"][min(x.element_size() for x in rows if x is not None)]
         return block_t, block_d, warps, common.IN_THREAD["stages"][pass_], 1, cdiv(T, block_t) * block_t
     block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device)
@@ -841,7 +840,7 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
     out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
     if out_h.numel() == 0:
         return (out_a if write_a else None), out_h
-    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out_h, out_a)
+    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out_h, out_a, gate=gate)
     if not log and common.use_lookback(nc):
         _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h, reset),
                          (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a,
