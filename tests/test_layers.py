@@ -237,3 +237,48 @@ def test_profile_layer_script_names_where_a_step_goes(tmp_path, capsys):
     assert {p.suffix for p in tmp_path.iterdir()} == {".txt", ".json"}
     with pytest.raises(SystemExit):
         mod.main(["--mixer", "stack", "--impl", "plain_eager"])
+
+
+def test_step_cells_route_kernel_and_reference_cells(monkeypatch):
+    """As on a GPU (device and measuring faked, nothing built): kernel cells (the layer's and the
+    stack's) are measured now under the kernel mode (MINGRU_SCAN=auto), plain / cuDNN cells go
+    through the reference cache under their names (the GRU's one name for every mixer), the
+    doubling limit's cells are skipped with grid's reason, and a cell that raises is failed."""
+    import os
+
+    from benchmarks.harness import layers, suite
+
+    measured, cached = [], []
+    monkeypatch.setattr(suite, "device", lambda: "cuda")
+    monkeypatch.setattr(layers, "train_step", lambda impl, B, T, d, dtype, dev, mixer: (mixer, (B, T, d), impl, dtype))
+    monkeypatch.setattr(layers, "stack_step", lambda impl, B, T, d, dtype, dev: ("stack", (B, T, d), impl, dtype))
+
+    def step_cell(make_step, dev):
+        built = make_step()
+        if built[2] == "plain_eager" and built[3] == "bf16":
+            raise RuntimeError("out of memory")
+        measured.append((built, os.environ.get("MINGRU_SCAN")))
+        return dict(seconds=1.0, peak_bytes=2)
+
+    monkeypatch.setattr(suite, "_step_cell", step_cell)
+    monkeypatch.setattr(suite, "_cached_reference", lambda key, fn, source=None: (cached.append(key), fn())[1])
+    shape = "4x16384x1024"
+    cells = suite.layer_cells(["MinGRU", "GivensMinGRU"], [shape])
+    assert cells["skipped"] == {("GivensMinGRU", shape, "plain_compile", dt): grid.layer_skip_reason(
+        "GivensMinGRU", shape, "plain_compile") for dt in grid.LAYER_DTYPES} | {
+        ("GivensMinGRU", shape, "plain_eager", dt): grid.layer_skip_reason("GivensMinGRU", shape, "plain_eager")
+        for dt in grid.LAYER_DTYPES} and all(cells["skipped"].values())
+    assert set(cells["failed"]) == {("MinGRU", shape, "plain_eager", "bf16")}
+    dims = grid.LAYER_SHAPES[shape]
+    assert ((("MinGRU", dims, "kernel", "fp32"), "auto") in measured
+            and (("GivensMinGRU", dims, "kernel", "bf16"), "auto") in measured)
+    assert ("layer:MinGRU", shape, "plain_compile", "fp32") in cached
+    assert ("layer:GRU", shape, "cudnn_gru", "bf16") in cached
+    assert not any(key[2] == "kernel" for key in cached)
+    assert set(cells["seconds"]) == {(m, shape, i, dt) for m in ("MinGRU", "GivensMinGRU") for i in grid.LAYER_IMPLS
+                                     for dt in grid.LAYER_DTYPES} - set(cells["skipped"]) - set(cells["failed"])
+    measured.clear(), cached.clear()
+    stacks = suite.stack_cells()
+    assert not cached and set(stacks["seconds"]) == {(s, i, dt) for s in grid.STACK_SHAPES for i in grid.STACK_IMPLS
+                                                    for dt in grid.LAYER_DTYPES}
+    assert all(mode == "auto" for _, mode in measured)

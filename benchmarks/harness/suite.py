@@ -8,6 +8,7 @@ without it, the GPU-only measurements raise ``NotImplementedError`` (asv: skippe
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -650,6 +651,33 @@ def _step_cell(make_step, dev: str) -> dict:
     return cell
 
 
+def _step_cells(cells) -> dict:
+    """Seconds and peak bytes of training-step cells: ``cells`` yields (key, skip reason or None,
+    make_step, reference cache key or None). A cell with a reference key is looked up in the
+    machine's reference cache (measured there once); the others are measured now, under the
+    kernel mode (the commit's kernels). A cell that raises is failed with its error."""
+    from . import layers, measure
+
+    dev = device()
+    out = dict(seconds={}, peak_bytes={}, skipped={}, failed={})
+    for key, reason, make_step, reference in cells:
+        if reason is not None:
+            out["skipped"][key] = reason
+            continue
+
+        def measure_it(make_step=make_step):
+            return _step_cell(make_step, dev)
+
+        if reference is None:
+            with measure.scan_mode(measure._kernel_mode(dev)):
+                cell = failing(out, key, measure_it)
+        else:
+            cell = failing(out, key, lambda: _cached_reference(reference, measure_it, source=layers))
+        if cell is not None:
+            out["seconds"][key], out["peak_bytes"][key] = cell["seconds"], cell["peak_bytes"]
+    return out
+
+
 def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
     """Seconds and peak bytes of one training step of each mixer's layer, shape, impl and dtype
     (grid.LAYER_*, or the subsets named; benchmarks.harness.layers; keys (mixer, shape, impl,
@@ -657,7 +685,7 @@ def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
     in the machine's reference cache (measured once per machine and torch, keyed by the layers
     module's source; the cuDNN GRU once for every mixer). A CPU smoke run: tiny dims, fp32,
     seconds only, no torch.compile."""
-    from . import layers, measure
+    from . import layers
 
     picked = []
     for name, given, known in (("mixers", mixers, grid.LAYER_MIXERS), ("shapes", shapes, grid.LAYER_SHAPES),
@@ -666,62 +694,40 @@ def layer_cells(mixers=None, shapes=None, impls=None, dtypes=None) -> dict:
         if unknown:
             raise ValueError(f"layer_cells: {name} must be among {list(known)}, got {unknown}")
         picked.append(list(known) if given is None else list(given))
-    mixers, shapes, impls, dtypes = picked
     dev = device()
-    out = dict(seconds={}, peak_bytes={}, skipped={}, failed={})
-    for mixer, shape in itertools.product(mixers, shapes):
-        B, T, d = (2, 7, 8) if dev == "cpu" else grid.LAYER_SHAPES[shape]
-        for impl in impls:
-            for dtype in dtypes:
-                key = (mixer, shape, impl, dtype)
-                if dev == "cpu" and (impl == "plain_compile" or dtype == "bf16"):
-                    out["skipped"][key] = "smoke run on the CPU"
-                    continue
-                reason = None if dev == "cpu" else grid.layer_skip_reason(mixer, shape, impl)
-                if reason is not None:
-                    out["skipped"][key] = reason
-                    continue
 
-                def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d, mixer=mixer):
-                    return _step_cell(lambda: layers.train_step(impl, B, T, d, dtype, dev, mixer), dev)
+    def cells():
+        for mixer, shape, impl, dtype in itertools.product(*picked):
+            B, T, d = (2, 7, 8) if dev == "cpu" else grid.LAYER_SHAPES[shape]
+            if dev == "cpu":
+                reason = "smoke run on the CPU" if impl == "plain_compile" or dtype == "bf16" else None
+            else:
+                reason = grid.layer_skip_reason(mixer, shape, impl)
+            name = "layer:GRU" if impl == "cudnn_gru" else f"layer:{mixer}"
+            yield ((mixer, shape, impl, dtype), reason,
+                   functools.partial(layers.train_step, impl, B, T, d, dtype, dev, mixer),
+                   None if impl == "kernel" else (name, shape, impl, dtype))
 
-                if impl == "kernel":
-                    with measure.scan_mode(measure._kernel_mode(dev)):
-                        cell = failing(out, key, measure_it)
-                else:
-                    name = "layer:GRU" if impl == "cudnn_gru" else f"layer:{mixer}"
-                    cell = failing(out, key, lambda: _cached_reference((name, shape, impl, dtype), measure_it,
-                                                                       source=layers))
-                if cell is not None:
-                    out["seconds"][key], out["peak_bytes"][key] = cell["seconds"], cell["peak_bytes"]
-    return out
+    return _step_cells(cells())
 
 
 def stack_cells() -> dict:
     """Seconds and peak bytes of one training step of the mixer stack (grid.STACK_*; keys (shape,
     impl, dtype)), eager and compiled, both on the kernels at this commit. A CPU smoke run: tiny
     dims, eager fp32, seconds only."""
-    from . import layers, measure
+    from . import layers
 
     dev = device()
-    out = dict(seconds={}, peak_bytes={}, skipped={}, failed={})
-    for shape, (B, T, d) in grid.STACK_SHAPES.items():
-        if dev == "cpu":
-            B, T, d = 2, 7, 16
-        for impl, dtype in itertools.product(grid.STACK_IMPLS, grid.LAYER_DTYPES):
-            key = (shape, impl, dtype)
-            if dev == "cpu" and (impl == "kernel_compile" or dtype == "bf16"):
-                out["skipped"][key] = "smoke run on the CPU"
-                continue
 
-            def measure_it(impl=impl, dtype=dtype, B=B, T=T, d=d):
-                return _step_cell(lambda: layers.stack_step(impl, B, T, d, dtype, dev), dev)
+    def cells():
+        for (shape, dims), impl, dtype in itertools.product(grid.STACK_SHAPES.items(), grid.STACK_IMPLS,
+                                                            grid.LAYER_DTYPES):
+            B, T, d = (2, 7, 16) if dev == "cpu" else dims
+            cpu_skip = dev == "cpu" and (impl == "kernel_compile" or dtype == "bf16")
+            yield ((shape, impl, dtype), "smoke run on the CPU" if cpu_skip else None,
+                   functools.partial(layers.stack_step, impl, B, T, d, dtype, dev), None)
 
-            with measure.scan_mode(measure._kernel_mode(dev)):
-                cell = failing(out, key, measure_it)
-            if cell is not None:
-                out["seconds"][key], out["peak_bytes"][key] = cell["seconds"], cell["peak_bytes"]
-    return out
+    return _step_cells(cells())
 
 
 class IsolatedWorker:
