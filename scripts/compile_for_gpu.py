@@ -7,11 +7,12 @@ kernels are driven with the GPU configuration (tiles, warps, chunking for the ta
 on small CPU tensors of each shape class, and each launch is compiled by Triton's real JIT
 down to a cubin for the target (``warmup``: nothing runs; the outputs are garbage and unused).
 
-    python scripts/compile_for_gpu.py [--arch 90] [--sms 132] [--resources]
+    python scripts/compile_for_gpu.py [--arch 90] [--sms 132] [--resources] [--codegen]
 
 Prints one row per kernel (specializations compiled; with --resources also the registers per
 thread, fewest to most, and the local memory of any specialization that spills, read from the
-cubins by Triton's own cuobjdump) and exits 1 on the first compile error
+cubins by Triton's own cuobjdump; with --codegen the specializations whose PTX has scalar global
+loads / stores or lane shuffles, one line each) and exits 1 on the first compile error
 or when a kernel of scankit.triton is launched by no shape class here. Not covered: the int64
 offset (I64) variants, which need tensors over 2^31 elements.
 """
@@ -143,11 +144,29 @@ def resources(cubin: bytes) -> tuple[int, int]:
     return regs, stack + local
 
 
+def codegen(ptx: str) -> dict:
+    """What a specialization's PTX does with memory and lanes: global stores and loads by width
+    (scalar: one element a lane; vector: .v2 / .v4), cp.async copies (global -> shared, the
+    pipelined loads) by bytes, lane shuffles and barriers. Scalar stores or loads where a tile's
+    rows are contiguous, or shuffles in a scan meant to stay in one thread, are what to look at
+    (session 22: a gated backward's stores went scalar, a bf16 tile split its rows over lanes)."""
+    counts = dict(st_scalar=0, st_vector=0, ld_scalar=0, ld_vector=0, cp_async_16=0, cp_async_small=0,
+                  shfl=len(re.findall(r"\bshfl\.", ptx)), bar=len(re.findall(r"\bbar\.sync\b", ptx)))
+    for op, modifiers in re.findall(r"\b(st|ld)\.global(\S*)", ptx):  # e.g. ld.global.L1::evict_last.v4.b32
+        counts[f"{op}_{'vector' if re.search(r'[.]v[248][.]', modifiers + '.') else 'scalar'}"] += 1
+    for size in re.findall(r"cp\.async\.c[ag]\.shared\.global(?:\.[a-zA-Z0-9:]+)*\s*\[[^]]+\],\s*\[[^]]+\],\s*(0x[0-9a-f]+|\d+)",
+                           ptx):
+        counts["cp_async_16" if int(size, 0) == 16 else "cp_async_small"] += 1
+    return counts
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
     ap.add_argument("--sms", type=int, default=132, help="SM count the launch geometry aims at")
     ap.add_argument("--resources", action="store_true", help="registers and local memory (spills) per kernel")
+    ap.add_argument("--codegen", action="store_true",
+                    help="per specialization: global loads / stores scalar or vector, cp.async widths, shuffles")
     args = ap.parse_args()
 
     import scankit.triton as kernels
@@ -155,7 +174,9 @@ def main():
 
     gpu_target(args.arch, args.sms)
     compiled = {}  # kernel (module.name) -> {its distinct compiled specializations: (registers, local bytes)}
+    code = {}  # (kernel, specialization) -> (shape class, its tile meta and input dtype, codegen counts)
     run = JITFunction.run
+    now = {}
 
     def compile_only(self, *a, **kw):
         kw["warmup"] = True
@@ -164,6 +185,11 @@ def main():
         name = f"{self.fn.__module__.rsplit('.', 1)[-1]}.{self.__name__}"
         if id(kernel) not in compiled.setdefault(name, {}):
             compiled[name][id(kernel)] = resources(kernel.asm["cubin"]) if args.resources else None
+            if args.codegen:
+                dtype = next((str(x.dtype)[6:] for x in a if isinstance(x, torch.Tensor)), "-")
+                tile = " ".join(f"{k}={v}" for k, v in kw.items() if k.startswith("BLOCK") or k in (
+                    "num_warps", "GATE", "SUMMARY"))
+                code[name, id(kernel)] = (now["label"], f"{dtype} {tile}", codegen(kernel.asm["ptx"]))
         return kernel
 
     JITFunction.run = compile_only
@@ -172,6 +198,7 @@ def main():
     for mode in dict.fromkeys((common.LOOKBACK["linear"], "off", "always")):
         common.LOOKBACK["linear"] = mode
         for label, op, xs, kw in _shape_classes():
+            now["label"] = f"{label} (look-back {mode})"
             xs = [x.requires_grad_(True) for x in xs]
             try:
                 out = getattr(kernels, op)(*xs, **kw)
@@ -195,6 +222,13 @@ def main():
             if spills:
                 row += f"  {len(spills)} with local memory (up to {max(spills)} B: spills, stack)"
         print(row)
+    if args.codegen:  # the specializations with scalar global accesses or lane shuffles, one line each
+        print("\nscalar global stores / loads, lane shuffles and barriers per specialization (PTX; first shape class):")
+        for (name, _), (label, meta, c) in sorted(code.items(), key=lambda item: item[0][0]):
+            if c["st_scalar"] or c["ld_scalar"] or c["shfl"]:
+                print(f"  {name:<{width}}  {meta:<52}  st {c['st_scalar']} scalar / {c['st_vector']} vector"
+                      f"  ld {c['ld_scalar']} / {c['ld_vector']}  cp.async {c['cp_async_16']} x16B /"
+                      f" {c['cp_async_small']} smaller  shfl {c['shfl']}  bar {c['bar']}  [{label}]")
     total = sum(map(len, compiled.values()))
     print(f"all {total} specializations of {len(compiled)} kernels compiled for sm_{args.arch} (triton {triton.__version__})")
     return 0

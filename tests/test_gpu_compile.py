@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_kernel_compiles_for_the_h200():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "scripts/compile_for_gpu.py", "--arch", "90", "--sms", "132", "--resources"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run([sys.executable, "scripts/compile_for_gpu.py", "--arch", "90", "--sms", "132", "--resources",
+                           "--codegen"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "compiled for sm_90" in done.stdout and "givens._fwd_kernel" in done.stdout, done.stdout
     rows = [line for line in done.stdout.splitlines() if " specializations" in line and not line.startswith("all ")]
@@ -21,6 +21,40 @@ def test_every_kernel_compiles_for_the_h200():
     for row in rows:  # each kernel's registers per thread from its cubins (sm_90 has 255 at most)
         low, high = map(int, row.split("registers ")[1].split()[0].split("-"))
         assert 0 < low <= high <= 255, row
+    # the in-thread walking tiles keep each lane's columns and the T-scan in one thread: no
+    # specialization of theirs (fp32 or bf16) shuffles lanes or goes scalar (session 22: a bf16
+    # tile 128 wide split its rows over two lanes; the codegen report lists the ones that do)
+    from scankit.triton import common
+
+    flagged = done.stdout.split("per specialization")[1].splitlines()
+    assert any(line.strip().startswith("affine._fwd2_kernel") for line in flagged), done.stdout  # the report works
+    for _, width, warps in common.IN_THREAD["tile"].values():
+        walking = [line for line in flagged if line.strip().startswith("elementwise.")
+                   and f"BLOCK_D={width} " in line and f"num_warps={warps} " in line]
+        assert not walking, walking
+
+
+def test_codegen_counts_a_ptx_listing(monkeypatch):
+    """compile_for_gpu.codegen: global stores / loads scalar or vector (whatever the cache
+    modifiers), cp.async by size, shuffles and barriers (the module refuses to load under the
+    interpreter's flag; importing it here sets nothing up)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from compile_for_gpu import codegen
+
+    ptx = """cp.async.cg.shared.global [ %r33 + 0 ], [ %rd10 + 0 ], 0x10, %r34;
+    cp.async.ca.shared.global [ %r33 + 0 ], [ %rd10 + 0 ], 0x4, %r34;
+    st.global.v4.b32 [ %rd1 + 0 ], { %r1, %r2, %r3, %r4 };
+    st.global.b32 [ %rd1 + 0 ], { %r1 };
+    @%p1 st.global.b16 [ %rd1 + 0 ], { %rs1 };
+    ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];
+    ld.global.L1::evict_last.b32 { %r1 }, [ %rd1 + 0 ];
+    ld.global.L1::evict_last.v2.b32 { %r1, %r2 }, [ %rd1 + 0 ];
+    shfl.sync.up.b32 %r1, %r2, 1, 0, -1;
+    bar.sync 0;
+    ld.shared.b32 %r9, [ %r3 + 0 ];"""
+    assert codegen(ptx) == dict(st_scalar=2, st_vector=1, ld_scalar=1, ld_vector=2, cp_async_16=1, cp_async_small=1,
+                                shfl=1, bar=1)
 
 
 def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
