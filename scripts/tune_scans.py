@@ -522,7 +522,7 @@ def main():
 
     def log(rec):
         records.append(rec)
-        short = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in rec.items() if k != "profile"}
+        short = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in rec.items() if k != "profile"}
         print(json.dumps(short), flush=True)
         (out / "tune_scans.json").write_text(json.dumps(records, indent=1))
 
