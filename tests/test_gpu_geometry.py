@@ -33,10 +33,10 @@ def gpu_config(monkeypatch):
     return seen
 
 
-def _walked(seen, name, element_size=4):
+def _walked(seen, name):
     from scankit.triton import common
 
-    block_t, block_d, warps = common.IN_THREAD["tile"][element_size]
+    block_t, block_d, warps = common.IN_THREAD["tile"]
     return [m for k, m in seen if k == name and m["BLOCK_D"] == block_d and m["num_warps"] == warps
             and m["BLOCK_T"] == block_t]
 
@@ -116,11 +116,12 @@ def test_gated_scans_keep_to_the_tiles(gate, T, seed, gpu_config):
 
 @pytest.mark.parametrize("T", [1, 13, 257])
 @pytest.mark.parametrize("form", ["prefix", "state h0"])
-def test_two_byte_inputs_walk_in_their_own_tiles(form, T, seed, gpu_config):
-    """bf16 walks in the 2-byte in-thread tiles (a lane holds 8 columns, the warp 256: a 128-wide
-    tile would split each row over two lanes); D = 272 leaves the second column tile 240 columns
-    masked, B x 2 = 6 programs walk both passes; a and b views of one (B, T, 2D) tensor. Against
-    the float64 loop of the same bf16 inputs, to bf16's rounding, outputs and grads."""
+def test_two_byte_inputs_walk_in_thread(form, T, seed, gpu_config):
+    """bf16 walks the in-thread tiles too (a lane's 8 columns: each row over two lanes, the
+    T-scan shuffling between them, ``common.IN_THREAD``); D = 272 leaves the third column tile
+    112 columns masked, B x 3 = 9 programs walk both passes; a and b views of one (B, T, 2D)
+    tensor. Against the float64 loop of the same bf16 inputs, to bf16's rounding, outputs and
+    grads."""
     import scankit
 
     B, D = 3, 272
@@ -146,7 +147,7 @@ def test_two_byte_inputs_walk_in_their_own_tiles(form, T, seed, gpu_config):
     want = torch.autograd.grad(sum((r * w).sum() for r, w in zip(refs, ws)), ref_leaves)
     for gr, wr in zip(got, want):
         torch.testing.assert_close(gr.cpu().double(), wr, atol=3e-2 * (wr.abs().max().item() + 1), rtol=3e-2)
-    assert _walked(gpu_config, "_fwd_kernel", 2) and _walked(gpu_config, "_bwd_kernel", 2), gpu_config
+    assert _walked(gpu_config, "_fwd_kernel") and _walked(gpu_config, "_bwd_kernel"), gpu_config
     assert not {k for k, _ in gpu_config} & {"_fwd_lookback_kernel", "_bwd_lookback_kernel"}, gpu_config
 
 
@@ -214,9 +215,7 @@ def test_walking_needs_aligned_rows_and_enough_programs():
         assert not common.in_thread_walk(gpu, 32, 1008, "fwd", x[:, :, 16:], x[:, :, 15:1023])  # offset 15
         assert not common.in_thread_walk(gpu, 32, 1024, "fwd", x.transpose(1, 2).contiguous().transpose(1, 2))
         half = torch.empty(32, 4096, 1024, device="meta", dtype=torch.bfloat16)
-        assert common.in_thread_tile(half, x) == common.IN_THREAD["tile"][2]       # the narrowest element's
-        assert common.in_thread_walk(gpu, 16, 1024, "fwd", half)                    # 64 programs of 256 columns
-        assert not common.in_thread_walk(gpu, 8, 1024, "fwd", half)                 # 32: look-back
-        assert not common.in_thread_walk(gpu, 128, 128, "fwd", half[..., :128])     # narrower than its tile
+        assert common.in_thread_walk(gpu, 8, 1024, "fwd", half)                     # bf16: the same tile and rule
+        assert not common.in_thread_walk(gpu, 8, 1024, "bwd", half)
     finally:
         common.on_gpu, common._sm_count = saved

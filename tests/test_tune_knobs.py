@@ -39,7 +39,7 @@ def test_the_gated_sweeps_walk_path_walks_only_inside_it(monkeypatch):
     monkeypatch.setattr(common, "_sm_count", lambda index: 132)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     a = torch.empty(64, 256, 512, device="meta")
-    walking = common.IN_THREAD["tile"][4]
+    walking = common.IN_THREAD["tile"]
     geometry = elementwise._geometry
     with tune_scans.knobs(common.IN_THREAD), pytest.raises(RuntimeError):
         common.IN_THREAD["programs_per_sm"] = tune_scans.GATED_PATHS["walk"]

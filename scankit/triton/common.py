@@ -77,35 +77,25 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
     return ELEMENTWISE_TILES["log" if log else "linear"] if on_gpu(device) else (16, 32, 1)
 
 
-# The linear recurrence's walking tile on the GPU where every row is 16-byte aligned: one warp,
-# each lane 16 bytes of adjacent columns of every row (4 fp32, 8 bf16 / fp16: "tile" per element
-# size, so a warp spans 128 or 256 columns), so the tile's T-scan and its carry stay in one
-# thread (no shuffles, no barriers: the (64, 32, 4) tiles cross 4 lanes and 4 warps), 16-byte
-# loads, and the tile loop software-pipelined ("stages" per pass: without it the large state fwd
-# took 650 us, with 3 stages 401). A 2-byte tile 128 columns wide would split every row over two
-# lanes (Triton's coalescing gives each lane 8 columns: threads [2, 16]): the T-scan then
-# shuffles across lanes (392 shfl in the gated fwd's sm_90 PTX); H100 profile, session 22:
-# SignedMinGRU's bf16 fwd at (16, 2048, 512) took 805 us that way. It walks where B x
-# D/(tile's columns) programs reach "programs_per_sm" x SMs, per pass; fewer go to the look-back
-# tiles. H200 sweeps (tune_scans --sections roofline, NOTES.md session 16): large state fwd
-# 482 -> 401 us (95% of copy), fwd+bwd 1257 -> 1107; at (B, 4096, 1024) the forward walks faster
-# from B = 8 (64 programs) on, the backward from B = 24 (192; at 128 the look-back's was 593
-# against 421 us). Not the log op: with its exps the one-warp walk is issue-bound (large fwd
-# 496 -> 963 us), and not the gated scans (``elementwise.gated_scan``) for the same reason: the
-# gates' exps and divisions in one warp. H100, tune_scans --sections gated, session 22: minGRU
-# fp32 at (16, 2048, 512), 64 programs, fwd 589 us walking against 177 on the tiles, fwd+bwd 852
-# against 430; at (64, 256, 512) bf16 (128 programs) 151 against 56 and 210 against 116; at 256
-# programs (fp32 (64, 256, 512)) the fwd was even (79 / 75), the fwd+bwd 283 against 168.
-IN_THREAD = {"tile": {4: (16, 128, 1), 2: (8, 256, 1)}, "stages": {"fwd": 4, "bwd": 3},
-             "programs_per_sm": {"fwd": 0.45, "bwd": 1.25}}
-
-
-def in_thread_tile(*tensors) -> tuple[int, int, int]:
-    """(BLOCK_T, BLOCK_D, num_warps) of the in-thread walk over ``tensors`` (None skipped): the
-    tile of their narrowest element, whose 16-byte loads set how many columns a lane holds."""
-    return IN_THREAD["tile"][min(x.element_size() for x in tensors if x is not None)]
-
-
+# The linear recurrence's walking tile on the GPU where every row is 16-byte aligned: one warp
+# per 128 columns, each lane 4 adjacent fp32 columns of every row, so the tile's T-scan and its
+# carry stay in one thread (no shuffles, no barriers: the (64, 32, 4) tiles cross 4 lanes and 4
+# warps), 16-byte loads, and the tile loop software-pipelined ("stages" per pass: without it
+# the large state fwd took 650 us, with 3 stages 401). In 2-byte dtypes Triton's 16-byte loads
+# give a lane 8 columns, so a row spans two lanes (threads [2, 16]) and the T-scan shuffles
+# between them; measured, that still beats a (8, 256) tile where a lane keeps its rows (H200,
+# session 16: bf16 large state fwd 257 against 325 us, fwd+bwd 735 against 940: half the
+# programs). It walks where B x D/128 programs reach "programs_per_sm" x SMs, per pass; fewer
+# go to the look-back tiles. H200 sweeps (tune_scans --sections roofline, NOTES.md session 16):
+# large state fwd 482 -> 401 us (95% of copy), fwd+bwd 1257 -> 1107; at (B, 4096, 1024) the
+# forward walks faster from B = 8 (64 programs) on, the backward from B = 24 (192; at 128 the
+# look-back's was 593 against 421 us). Not the log op: with its exps the one-warp walk is
+# issue-bound (large fwd 496 -> 963 us), and not the gated scans (``elementwise.gated_scan``)
+# for the same reason: the gates' exps and divisions in one warp. H100, tune_scans --sections
+# gated, session 22: minGRU fp32 at (16, 2048, 512), 64 programs, fwd 589 us walking against 177
+# on the tiles, fwd+bwd 852 against 430; at 256 programs (fp32 (64, 256, 512)) the fwd was even
+# (79 / 75), the fwd+bwd 283 against 168.
+IN_THREAD = {"tile": (16, 128, 1), "stages": {"fwd": 4, "bwd": 3}, "programs_per_sm": {"fwd": 0.45, "bwd": 1.25}}
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
@@ -116,7 +106,7 @@ def in_thread_walk(device: torch.device, B: int, D: int, pass_: str, *tensors) -
     tensor's time and batch strides and storage offset multiples of ALIGN with unit D stride (else
     the loads and the column mask cannot be 16 bytes wide). Shapes and strides only: fake tensors
     (torch.compile) too."""
-    block_d = in_thread_tile(*tensors)[1]
+    block_d = IN_THREAD["tile"][1]
     if not on_gpu(device) or D % ALIGN or D < block_d or B * cdiv(D, block_d) < target_programs(
             device, per_sm=IN_THREAD["programs_per_sm"][pass_]):
         return False

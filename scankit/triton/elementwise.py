@@ -815,12 +815,12 @@ def _h0_strides(h0):
 def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
     """(BLOCK_T, BLOCK_D, warps, pipelining stages, chunks, chunk length) for (B, T, D) inputs
     ``a`` in pass ``pass_`` ("fwd" / "bwd") over the tensors ``rows`` it reads and writes: the
-    in-thread walking tiles of their narrowest element where they apply (``common.in_thread_walk``;
-    not the log op nor the gates: ``common.IN_THREAD``), else enough T-chunks of the family's tiles to
+    in-thread walking tiles where they apply (``common.in_thread_walk``; not the log op nor the
+    gates: ``common.IN_THREAD``), else enough T-chunks of the family's tiles to
     fill the device; chunks a whole number of tiles long."""
     B, T, D = a.shape
     if not log and not gate and common.in_thread_walk(a.device, B, D, pass_, *rows):
-        block_t, block_d, warps = common.in_thread_tile(*rows)
+        block_t, block_d, warps = common.IN_THREAD["tile"]
         return block_t, block_d, warps, common.IN_THREAD["stages"][pass_], 1, cdiv(T, block_t) * block_t
     block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device)
