@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from benchmarks.harness import grid, measure, suite  # noqa: E402
 from benchmarks.harness.cases import OPS, bytes_moved  # noqa: E402
-from scankit.triton import affine, common, elementwise  # noqa: E402
+from scankit.triton import affine, common  # noqa: E402
 
 START = time.time()
 
@@ -442,22 +442,10 @@ def roofline_sweep(budget, log):
 
 
 GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (4, 16384, 1024), (8, 512, 256), (32, 4096, 1024)]
-# the gated kernels' paths: the default rule, and with the gates allowed to walk, every pass
-# walking in the in-thread tiles where they fit (per SM a tiny positive aim: 0 would read as
-# "the family's default" in common.target_programs)
-GATED_PATHS = {"default": None, "walk": {"fwd": 1e-9, "bwd": 1e-9}}
-
-
-@contextlib.contextmanager
-def _gates_may_walk():
-    """The elementwise geometry as if the gated scans could take the in-thread walk (production
-    keeps them on the tiles: common.IN_THREAD), for the sweep's "walk" path."""
-    geometry = elementwise._geometry
-    elementwise._geometry = lambda a, log, pass_, *rows, gate=0: geometry(a, log, pass_, *rows)
-    try:
-        yield
-    finally:
-        elementwise._geometry = geometry
+# the gated kernels' paths: the default rule (the tiles), and the gates let walk
+# (IN_THREAD["gates"]) in the in-thread tiles wherever they fit (per SM a tiny positive aim: 0
+# would read as "the family's default" in common.target_programs)
+GATED_PATHS = {"default": None, "walk": dict(gates=True, programs_per_sm={"fwd": 1e-9, "bwd": 1e-9})}
 
 
 def gated_sweep(budget, log):
@@ -481,10 +469,8 @@ def gated_sweep(budget, log):
         for impl, path in [("unfused", None)] + [("fused", p) for p in GATED_PATHS]:
             if time.time() - START > budget:
                 return
-            with knobs(common.IN_THREAD), contextlib.ExitStack() as stack:
-                if GATED_PATHS.get(path):
-                    common.IN_THREAD["programs_per_sm"] = GATED_PATHS[path]
-                    stack.enter_context(_gates_may_walk())
+            with knobs(common.IN_THREAD):
+                common.IN_THREAD.update(GATED_PATHS.get(path) or {})
                 gen = torch.Generator(device="cuda").manual_seed(0)  # one input per cell: the configs compared
                 p = (torch.randn(B, T, n * D, device="cuda", generator=gen) * 2).to(dtype)
                 p.requires_grad_(direction == "fwdbwd")

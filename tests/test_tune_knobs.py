@@ -28,10 +28,9 @@ def test_an_exhausted_budget_leaves_the_knobs_as_they_were(monkeypatch):
     assert (common.PROGRAMS_PER_SM, common.ELEMENTWISE_STAGES, affine.TUNING) == before
 
 
-def test_the_gated_sweeps_walk_path_walks_only_inside_it(monkeypatch):
-    """The gated section's "walk" path: inside ``_gates_may_walk`` a gated scan gets the in-thread
-    tile where the knobs allow the walk; outside it (production) the tiles, and the geometry
-    function is put back even when the block raises."""
+def test_the_gated_sweeps_walk_path_walks_and_is_undone(monkeypatch):
+    """The gated section's "walk" path: with its knobs a gated scan gets the in-thread tile;
+    without them (production) the tiles, and the knobs are restored even when the block raises."""
     import torch
     from scankit.triton import elementwise
 
@@ -40,12 +39,12 @@ def test_the_gated_sweeps_walk_path_walks_only_inside_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     a = torch.empty(64, 256, 512, device="meta")
     walking = common.IN_THREAD["tile"]
-    geometry = elementwise._geometry
+    before = dict(common.IN_THREAD)
+    assert elementwise._geometry(a, False, "bwd", a, a, gate=1)[:3] != walking
     with tune_scans.knobs(common.IN_THREAD), pytest.raises(RuntimeError):
-        common.IN_THREAD["programs_per_sm"] = tune_scans.GATED_PATHS["walk"]
-        assert geometry(a, False, "bwd", a, a, gate=1)[:3] != walking
-        with tune_scans._gates_may_walk():
-            assert elementwise._geometry(a, False, "bwd", a, a, gate=1)[:3] == walking
-            raise RuntimeError("budget spent midway")
-    assert elementwise._geometry is geometry and geometry(a, False, "fwd", a, a, gate=1)[:3] != walking
-    assert geometry(a, False, "fwd", a, a)[:3] == walking  # linear_scan walks at this shape
+        common.IN_THREAD.update(tune_scans.GATED_PATHS["walk"])
+        assert elementwise._geometry(a, False, "bwd", a, a, gate=1)[:3] == walking
+        assert elementwise._geometry(a, False, "fwd", a, a, gate=1)[:3] == walking
+        raise RuntimeError("budget spent midway")
+    assert common.IN_THREAD == before and elementwise._geometry(a, False, "fwd", a, a, gate=1)[:3] != walking
+    assert elementwise._geometry(a, False, "fwd", a, a)[:3] == walking  # linear_scan walks at this shape

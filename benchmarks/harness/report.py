@@ -215,19 +215,18 @@ def stack_rows(cells: dict) -> list[dict]:
 
     rows = []
     for (shape, (B, T, d)), dtype in itertools.product(grid.STACK_SHAPES.items(), grid.LAYER_DTYPES):
-        def get(impl, table="seconds"):
+        def get(impl, table="seconds", scale=1.0):
             v = cells[table].get((shape, impl, dtype))
-            return None if v is None or math.isnan(v) else v
+            return None if v is None or math.isnan(v) else v * scale
 
         eager, compiled = get("kernel"), get("kernel_compile")
         if eager is None and compiled is None:
             continue
-        rows.append(dict(shape=f"({B}, {T}, {d})", dtype=dtype, eager_ms=None if eager is None else eager * 1e3,
-                         compiled_ms=None if compiled is None else compiled * 1e3,
+        rows.append(dict(shape=f"({B}, {T}, {d})", dtype=dtype, eager_ms=get("kernel", scale=1e3),
+                         compiled_ms=get("kernel_compile", scale=1e3),
                          speedup=eager / compiled if eager and compiled else None,
-                         eager_mib=None if get("kernel", "peak_bytes") is None else get("kernel", "peak_bytes") / 2**20,
-                         compiled_mib=None if get("kernel_compile", "peak_bytes") is None
-                         else get("kernel_compile", "peak_bytes") / 2**20))
+                         eager_mib=get("kernel", "peak_bytes", 2**-20),
+                         compiled_mib=get("kernel_compile", "peak_bytes", 2**-20)))
     return rows
 
 

@@ -94,8 +94,10 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 # for the same reason: the gates' exps and divisions in one warp. H100, tune_scans --sections
 # gated, session 22: minGRU fp32 at (16, 2048, 512), 64 programs, fwd 589 us walking against 177
 # on the tiles, fwd+bwd 852 against 430; at 256 programs (fp32 (64, 256, 512)) the fwd was even
-# (79 / 75), the fwd+bwd 283 against 168.
-IN_THREAD = {"tile": (16, 128, 1), "stages": {"fwd": 4, "bwd": 3}, "programs_per_sm": {"fwd": 0.45, "bwd": 1.25}}
+# (79 / 75), the fwd+bwd 283 against 168. "gates": whether the gated scans may walk (the sweep's
+# "walk" path sets it).
+IN_THREAD = {"tile": (16, 128, 1), "stages": {"fwd": 4, "bwd": 3}, "programs_per_sm": {"fwd": 0.45, "bwd": 1.25},
+             "gates": False}
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 

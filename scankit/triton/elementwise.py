@@ -819,7 +819,7 @@ def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
     gates: ``common.IN_THREAD``), else enough T-chunks of the family's tiles to
     fill the device; chunks a whole number of tiles long."""
     B, T, D = a.shape
-    if not log and not gate and common.in_thread_walk(a.device, B, D, pass_, *rows):
+    if not log and (not gate or common.IN_THREAD["gates"]) and common.in_thread_walk(a.device, B, D, pass_, *rows):
         block_t, block_d, warps = common.IN_THREAD["tile"]
         return block_t, block_d, warps, common.IN_THREAD["stages"][pass_], 1, cdiv(T, block_t) * block_t
     block_t, block_d, warps = tiles(a.device, log)
