@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CELLS = [  # (op, (B, T, width...), direction)
+CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k defaults to 8 (v = 1)
     ("parallel_scan_log", (32, 4096, 1024), "fwd"), ("parallel_scan_log", (32, 4096, 1024), "fwdbwd"),
     ("parallel_scan_log", (1, 65536, 1024), "fwd"), ("parallel_scan_log", (1, 65536, 1024), "fwdbwd"),
     ("parallel_scan_log", (16, 1024, 64), "fwdbwd"), ("parallel_scan_log", (128, 64, 64), "fwdbwd"),
@@ -25,7 +25,10 @@ CELLS = [  # (op, (B, T, width...), direction)
     ("linear_scan_state", (1, 65536, 1024), "fwd"), ("linear_scan_state", (1, 65536, 1024), "fwdbwd"),
     ("linear_scan", (32, 4096, 1024), "fwd"), ("linear_scan", (128, 64, 64), "fwdbwd"),
     ("matrix_scan", (32, 4096, 128), "fwd"), ("matrix_scan", (32, 4096, 128), "fwdbwd"),
+    ("matrix_scan", (1, 65536, 128), "fwd"), ("matrix_scan", (1, 65536, 128), "fwdbwd"),
+    ("matrix_scan", (16, 1024, 32), "fwdbwd"), ("matrix_scan", (128, 64, 32), "fwdbwd"),
     ("matrix_affine_scan", (32, 4096, 32), "fwd"), ("matrix_affine_scan", (128, 64, 8), "fwdbwd"),
+    ("matrix_affine_scan", (32, 4096, 128, 2), "fwd"), ("matrix_affine_scan", (32, 4096, 128, 2), "fwdbwd"),
 ]
 
 WORKER = r"""
@@ -35,10 +38,11 @@ import scankit
 from benchmarks.harness.cases import OPS
 cells, out = json.loads(sys.argv[2]), {}
 for op_name, shape, direction in cells:
-    names = ("B", "T", "D") if "matrix" not in op_name else ("B", "T", "n")
+    names = ("B", "T", "D") if "matrix" not in op_name else ("B", "T", "n", "k")
     dims = dict(zip(names, shape))
     if op_name == "matrix_affine_scan":
-        dims.update(k=8, v=1)
+        dims.setdefault("k", 8)
+        dims.update(v=1)
     xs = [x.requires_grad_(direction == "fwdbwd") for x in OPS[op_name].inputs(dims, device="cuda", seed=0)]
     fn = OPS[op_name].fn
     with torch.no_grad():
