@@ -319,6 +319,41 @@ def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_
     assert {"_fwd2_kernel", "_bwd2_kernel"} <= set(launches), launches
 
 
+def _relaid(x, layout):
+    """x's values in another memory layout: "contiguous"; "blocks transposed" (each 2x2 block
+    column-major); "padded" (one unused element after each block); "offset by 1" (a view 1
+    element into its storage)."""
+    if layout == "blocks transposed":  # 2x2 blocks only
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "padded":
+        wide = torch.zeros(*x.shape[:-1], x.shape[-1] + 1, dtype=x.dtype, device=x.device)
+        wide[..., :x.shape[-1]] = x
+        return wide[..., :x.shape[-1]]
+    if layout == "offset by 1":
+        flat = torch.zeros(x.numel() + 1, dtype=x.dtype, device=x.device)
+        flat[1:] = x.reshape(-1)
+        return flat[1:].view(x.shape)
+    return x.contiguous()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "blocks transposed", "padded", "offset by 1"])
+def test_two_by_two_blocks_in_any_layout(layout, seed, two_by_two, monkeypatch):
+    """The 2x2 kernels read each lane's block with one wide load where the blocks are
+    row-major contiguous with aligned rows (VEC), element by element otherwise: values and
+    grads against the float64 loop either way, and VEC exactly where the layout allows it."""
+    from conftest import record_launches
+
+    seen = record_launches(monkeypatch, lambda name, meta: (name, meta.get("VEC")))
+    M, x = OPS["matrix_scan"].inputs(dict(B=2, n=3, T=13), device=DEVICE, seed=seed)
+    M = _relaid(M, layout)
+    x = _relaid(x, layout) if layout != "blocks transposed" else x
+    if layout == "blocks transposed":
+        assert M.stride()[-2:] == (1, 2)
+    check("matrix_scan", [M, x], 1e-5, 1e-5, 1e-4, 1e-5, seen)
+    vec = {v for name, v in seen if name in ("_fwd2_kernel", "_bwd2_kernel")}
+    assert vec == {layout == "contiguous"}, seen
+
+
 @pytest.mark.parametrize("T", [1, 13, 150])
 @pytest.mark.parametrize("op_name,dims", [("linear_scan", dict(B=1, D=33)), ("linear_scan_state", dict(B=2, D=5))])
 def test_lookback_kernels(op_name, dims, T, seed, lookback, launches):

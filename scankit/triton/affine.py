@@ -119,17 +119,54 @@ def _ld4(p, s_i, s_j, mask, o00, o01, o10, o11):
 
 
 @triton.jit
+def _lanes(batch_off, n, s_n, SIZE: tl.constexpr, VEC: tl.constexpr):
+    """Offsets of the lanes' blocks (``SIZE`` elements each) in a batch row: with VEC (the
+    blocks contiguous, every row and batch offset a multiple of SIZE: ``_contiguous_blocks``)
+    written so that Triton sees the multiples, which its wide loads need."""
+    if VEC:
+        off = tl.multiple_of(batch_off, SIZE) + n * SIZE
+    else:
+        off = batch_off + n * s_n
+    return off
+
+
+@triton.jit
+def _ld2c(p, mask, o0, o1):
+    """``_ld2`` of a contiguous 2-vector per lane: one (lanes, 2) tile, one 8-byte load a lane
+    (fp32) where the offsets are known even."""
+    q = tl.arange(0, 2)
+    x = tl.load(p[:, None] + q[None, :], mask=mask[:, None], other=tl.where(q == 0, o0, o1)[None, :])
+    return tl.split(x.to(tl.float32))
+
+
+@triton.jit
+def _ld4c(p, mask, o00, o01, o10, o11):
+    """``_ld4`` of a row-major contiguous 2x2 block per lane: one (lanes, 4) tile, one 16-byte
+    load a lane (fp32) where the offsets are known multiples of 4."""
+    q = tl.arange(0, 4)
+    other = tl.where(q == 0, o00, tl.where(q == 1, o01, tl.where(q == 2, o10, o11)))
+    x = tl.load(p[:, None] + q[None, :], mask=mask[:, None], other=other[None, :]).to(tl.float32)
+    c0, c1 = tl.split(tl.reshape(x, (x.shape[0], 2, 2)))  # [lane, i, j] -> j = 0, 1
+    x00, x10 = tl.split(c0)
+    x01, x11 = tl.split(c1)
+    return x00, x01, x10, x11
+
+
+@triton.jit
 def _st2(p, x0, x1, mask):
-    """Store a 2-vector per lane, contiguous, in p's dtype."""
-    tl.store(p, x0.to(p.dtype.element_ty), mask=mask)
-    tl.store(p + 1, x1.to(p.dtype.element_ty), mask=mask)
+    """Store a 2-vector per lane, contiguous, in p's dtype: one (lanes, 2) tile (one 8-byte
+    store a lane in fp32, not two scalar ones)."""
+    q = tl.arange(0, 2)
+    tl.store(p[:, None] + q[None, :], tl.join(x0, x1).to(p.dtype.element_ty), mask=mask[:, None])
 
 
 @triton.jit
 def _st4(p, x00, x01, x10, x11, mask):
-    """Store a 2x2 block per lane, row-major contiguous, in p's dtype."""
-    _st2(p, x00, x01, mask)
-    _st2(p + 2, x10, x11, mask)
+    """Store a 2x2 block per lane, row-major contiguous, in p's dtype: one (lanes, 4) tile
+    (one 16-byte store a lane in fp32, not four scalar ones)."""
+    x = tl.join(tl.join(x00, x10), tl.join(x01, x11))  # [lane, i, j]
+    q = tl.arange(0, 4)
+    tl.store(p[:, None] + q[None, :], tl.reshape(x, (x.shape[0], 4)).to(p.dtype.element_ty), mask=mask[:, None])
 
 
 @triton.jit
@@ -144,13 +181,13 @@ def _fold2(sp_ptr, sb_ptr, sa_ptr, a00, a01, a10, a11, x0, x1, bi, first, step, 
     """``_fold`` for the 2x2 kernels' per-lane (2x2 a, 2-vector x): summaries at (bi * NC + j) * N + n."""
     for c in range(0, count):
         slot = (bi * NC + first + step * c) * N + n
-        s00, s01, s10, s11 = _ld4(sp_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
-        y0, y1 = _ld2(sb_ptr + slot * 2, 1, nmask, 0.0, 0.0)
+        s00, s01, s10, s11 = _ld4c(sp_ptr + slot * 4, nmask, 0.0, 0.0, 0.0, 0.0)
+        y0, y1 = _ld2c(sb_ptr + slot * 2, nmask, 0.0, 0.0)
         x0, x1 = s00 * x0 + s01 * x1 + y0, s10 * x0 + s11 * x1 + y1
         if TRACK:
             a00, a01, a10, a11 = _mm2(s00, s01, s10, s11, a00, a01, a10, a11)
             if ADD_A:
-                u00, u01, u10, u11 = _ld4(sa_ptr + slot * 4, 2, 1, nmask, 0.0, 0.0, 0.0, 0.0)
+                u00, u01, u10, u11 = _ld4c(sa_ptr + slot * 4, nmask, 0.0, 0.0, 0.0, 0.0)
                 a00, a01, a10, a11 = a00 + u00, a01 + u01, a10 + u10, a11 + u11
     return a00, a01, a10, a11, x0, x1
 
@@ -162,6 +199,7 @@ def _fwd2_kernel(
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sh_b, sh_n, sh_i,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     """k = 2, v = 1 (``matrix_scan``): one lane per 2x2 block, its six numbers (M, v) and
     running (Abar, h) in registers as plain vectors, walked step by step (no per-step layout
@@ -182,14 +220,18 @@ def _fwd2_kernel(
         if HAS_CARRY:
             p00, p01, p10, p11, h0, h1 = _fold2(carry_a_ptr, carry_b_ptr, None, p00, p01, p10, p11, h0, h1,
                                                 bi, 0, 1, ci, NC, N, n, nmask, TRACK_A, False)
-    pa = a_ptr + bi * sa_b + n * sa_n
-    pb = b_ptr + bi * sb_b + n * sb_n
+    pa = a_ptr + _lanes(bi * sa_b, n, sa_n, 4, VEC)
+    pb = b_ptr + _lanes(bi * sb_b, n, sb_n, 2, VEC)
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + j
         m = when(t < T, nmask)  # steps past T are identity steps
         r = row(t, T, REV)
-        m00, m01, m10, m11 = _ld4(pa + r * sa_t, sa_i, sa_j, m, 1.0, 0.0, 0.0, 1.0)
-        x0, x1 = _ld2(pb + r * sb_t, sb_i, m, 0.0, 0.0)
+        if VEC:
+            m00, m01, m10, m11 = _ld4c(pa + tl.multiple_of(r * sa_t, 4), m, 1.0, 0.0, 0.0, 1.0)
+            x0, x1 = _ld2c(pb + tl.multiple_of(r * sb_t, 2), m, 0.0, 0.0)
+        else:
+            m00, m01, m10, m11 = _ld4(pa + r * sa_t, sa_i, sa_j, m, 1.0, 0.0, 0.0, 1.0)
+            x0, x1 = _ld2(pb + r * sb_t, sb_i, m, 0.0, 0.0)
         h0, h1 = m00 * h0 + m01 * h1 + x0, m10 * h0 + m11 * h1 + x1
         if TRACK_A:
             p00, p01, p10, p11 = _mm2(m00, m01, m10, m11, p00, p01, p10, p11)
@@ -276,6 +318,7 @@ def _bwd2_kernel(
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     """``_bwd_kernel`` for k = 2, v = 1, one lane per 2x2 block as plain vectors (like
     ``_fwd2_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t (and the same for the running
@@ -292,17 +335,21 @@ def _bwd2_kernel(
     if HAS_CARRY:
         q00, q01, q10, q11, g0, g1 = _fold2(sum_p_ptr, carry_b_ptr, carry_a_ptr, q00, q01, q10, q11, g0, g1,
                                             bi, NC - 1, -1, NC - 1 - ci, NC, N, n, nmask, HAS_GA, True)
-    pa = a_ptr + bi * sa_b + n * sa_n
+    pa = a_ptr + _lanes(bi * sa_b, n, sa_n, 4, VEC)
     for j in tl.range(0, CHUNK, num_stages=STAGES):
         t = ci * CHUNK + CHUNK - 1 - j  # descending time
         m = when(t < T, nmask)
-        m00, m01, m10, m11 = _ld4(pa + row(t + 1, T, REV) * sa_t, sa_i, sa_j, when(t + 1 < T, m), 0.0, 0.0, 0.0, 0.0)
+        nxt = when(t + 1 < T, m)
+        if VEC:
+            m00, m01, m10, m11 = _ld4c(pa + tl.multiple_of(row(t + 1, T, REV) * sa_t, 4), nxt, 0.0, 0.0, 0.0, 0.0)
+        else:
+            m00, m01, m10, m11 = _ld4(pa + row(t + 1, T, REV) * sa_t, sa_i, sa_j, nxt, 0.0, 0.0, 0.0, 0.0)
         at_row = (bi * T + row(t, T, REV)) * N + n
         before = (bi * T + row(t - 1, T, REV)) * N + n  # the previous step's outputs
-        u0, u1 = _ld2(gb_ptr + at_row * 2, 1, m, 0.0, 0.0)
+        u0, u1 = _ld2c(gb_ptr + at_row * 2, m, 0.0, 0.0)
         g0, g1 = tl.where(m, m00 * g0 + m10 * g1 + u0, g0), tl.where(m, m01 * g0 + m11 * g1 + u1, g1)
         if HAS_GA:
-            v00, v01, v10, v11 = _ld4(ga_ptr + at_row * 4, 2, 1, m, 0.0, 0.0, 0.0, 0.0)
+            v00, v01, v10, v11 = _ld4c(ga_ptr + at_row * 4, m, 0.0, 0.0, 0.0, 0.0)
             n00, n01, n10, n11 = _mm2(m00, m10, m01, m11, q00, q01, q10, q11)  # A^T G^A
             q00, q01 = tl.where(m, n00 + v00, q00), tl.where(m, n01 + v01, q01)
             q10, q11 = tl.where(m, n10 + v10, q10), tl.where(m, n11 + v11, q11)
@@ -312,13 +359,13 @@ def _bwd2_kernel(
             p10, p11 = tl.where(m, n10, p10), tl.where(m, n11, p11)
         else:
             prev = when(t > 0, m)
-            h0, h1 = _ld2(outb_ptr + before * 2, 1, prev, 0.0, 0.0)
+            h0, h1 = _ld2c(outb_ptr + before * 2, prev, 0.0, 0.0)
             if HAS_H0:
                 i0, i1 = _ld2(h0_ptr + bi * sh_b + n * sh_n, sh_i, when(t == 0, m), 0.0, 0.0)
                 h0, h1 = h0 + i0, h1 + i1
             d00, d01, d10, d11 = g0 * h0, g0 * h1, g1 * h0, g1 * h1
             if HAS_GA:  # + G^A Abar_{t-1}^T, Abar_{-1} = I
-                r00, r01, r10, r11 = _ld4(outa_ptr + before * 4, 2, 1, prev, 1.0, 0.0, 0.0, 1.0)
+                r00, r01, r10, r11 = _ld4c(outa_ptr + before * 4, prev, 1.0, 0.0, 0.0, 1.0)
                 d00 += q00 * r00 + q01 * r01
                 d01 += q00 * r10 + q01 * r11
                 d10 += q10 * r00 + q11 * r01
@@ -406,6 +453,23 @@ def _knobs_2x2(device) -> dict:
     return dict(STAGES=TWO_BY_TWO["stages"] if gpu else None, num_warps=TWO_BY_TWO["num_warps"] if gpu else 1)
 
 
+def _contiguous_blocks(*tensors) -> bool:
+    """Whether every (B, T, N, 2[, 2]) tensor (None skipped) holds each lane's block contiguous
+    (row-major) with its batch and time strides and storage offset multiples of the block's size:
+    the 2x2 kernels' wide loads (VEC). Strides only: fake tensors too."""
+    for x in tensors:
+        if x is None:
+            continue
+        size = 1  # the block's elements (4 for a 2x2 block, 2 for a 2-vector), row-major from the last dim
+        for dim in reversed(range(3, x.dim())):
+            if x.shape[dim] != 1 and x.stride(dim) != size:
+                return False
+            size *= x.shape[dim]
+        if x.stride(2) != size or x.stride(0) % size or x.stride(1) % size or x.storage_offset() % size:
+            return False
+    return True
+
+
 def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary, reverse):
     """One pass of the forward kernel (generic, or the 2x2 one) over (B x chunks x block tiles)."""
     B, T, N, K, _ = A.shape
@@ -414,7 +478,8 @@ def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track
                  I64=needs_int64(A, Bm, out_a, out_b), REV=reverse)
     if two:
         common.launch(_fwd2_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
-                      *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3], BLOCK_N=bn, **_knobs_2x2(A.device), **flags)
+                      *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3], BLOCK_N=bn, VEC=_contiguous_blocks(A, Bm),
+                      **_knobs_2x2(A.device), **flags)
     else:
         common.launch(_fwd_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
                       *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
@@ -459,7 +524,7 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     grid = (B * nc, cdiv(N, bn))
     if two:
         kernel = _bwd2_kernel
-        consts = dict(BLOCK_N=bn, **_knobs_2x2(A.device))
+        consts = dict(BLOCK_N=bn, VEC=_contiguous_blocks(A), **_knobs_2x2(A.device))
     else:
         kernel = _bwd_kernel
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
