@@ -24,8 +24,10 @@ from tabulate import tabulate
 from . import train
 
 
-def grid(tasks, mixers, seeds):
+def grid(tasks, mixers, seeds, config):
     for task in tasks:
+        if config not in train.TASKS[task].configs:
+            continue
         for mixer in mixers:
             for decay in ((False, True) if train.TASKS[task].uses_dt else (False,)):
                 for seed in seeds:
@@ -58,13 +60,19 @@ def earlier(path: Path, config: str) -> list:
     return rows
 
 
+def groups(rows: list) -> dict:
+    """The rows per (task, mixer label): "mingru" or "mingru +decay", in the registries' order."""
+    out = defaultdict(list)
+    for r in rows:
+        out[r["task"], r["mixer"] + (" +decay" if r["decay"] else "")].append(r)
+    order = lambda key: (list(train.TASKS).index(key[0]), train.MIXERS.index(key[1].split()[0]), key[1])  # noqa: E731
+    return {key: out[key] for key in sorted(out, key=order)}
+
+
 def summary(rows: list) -> str:
     """Fit rate (fitted seeds / seeds), median score and step time per task x mixer (x decay)."""
-    groups = defaultdict(list)
-    for r in rows:
-        groups[r["task"], r["mixer"] + (" +decay" if r["decay"] else "")].append(r)
     table = []
-    for (task, mixer), rs in groups.items():
+    for (task, mixer), rs in groups(rows).items():
         scores = sorted(r["score"] for r in rs)
         table.append((task, mixer, f"{sum(r['fitted'] for r in rs)}/{len(rs)}", rs[0]["metric"],
                       scores[len(scores) // 2], rs[0]["threshold"], rs[0]["chance"],
@@ -76,17 +84,22 @@ def summary(rows: list) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", choices=("tiny", "full"), default="tiny")
-    ap.add_argument("--tasks", nargs="+", choices=sorted(train.TASKS), default=list(train.TASKS))
+    ap.add_argument("--tasks", nargs="+", choices=sorted(train.TASKS), default=list(train.TASKS),
+                    help="default: every task the configuration has")
     ap.add_argument("--mixers", nargs="+", choices=train.MIXERS, default=list(train.MIXERS))
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per cell")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    missing = [t for t in args.tasks if args.config not in train.TASKS[t].configs]
+    if missing and args.tasks != list(train.TASKS):
+        ap.error(f"--tasks {' '.join(missing)}: no {args.config!r} configuration (they run in "
+                 f"{', '.join(sorted({c for t in missing for c in train.TASKS[t].configs}))})")
     rows = earlier(args.out, args.config)
     done = {cell(r) for r in rows}
     if done:
         print(f"{args.out}: {len(done)} cells already there, continuing", flush=True)
-    for task, mixer, decay, seed in grid(args.tasks, args.mixers, range(args.seeds)):
+    for task, mixer, decay, seed in grid(args.tasks, args.mixers, range(args.seeds), args.config):
         if (task, mixer, decay, seed) in done:
             continue
         rows.append(train.run(task, mixer, seed, args.config, decay=decay, device=args.device))

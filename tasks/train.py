@@ -34,19 +34,42 @@ class Task:
     configs: dict = field(default_factory=dict)
 
 
+def _s5(n, c, seed):
+    return data.s5(n, c["length"], seed, c["k"])
+
+
+def _mqar(n, c, seed):
+    return data.mqar(n, c["pairs"], c["pairs"], c["keys"], c["values"], seed)
+
+
+FULL = dict(train=20000, test=2000, steps=3000, batch=128, dim=128, depth=2)  # the tokens tasks' GPU budget
+
+
+def _s5_task(name, length, tiny=None):
+    configs = {"full": dict(k=5, length=length, **FULL, chance=1 / 120)}
+    return Task(name, _s5, vocab=120, features=0, outputs=120, regression=False, threshold=0.9,
+                configs=configs if tiny is None else dict(configs, tiny=tiny))
+
+
+def _mqar_task(name, keys, tiny=None):
+    """MQAR with ``keys`` keys and as many values, ``keys / 2`` pairs and as many queries (length 3 keys / 2)."""
+    configs = {"full": dict(pairs=keys // 2, keys=keys, values=keys, **FULL, chance=1 / keys)}
+    return Task(name, _mqar, vocab=2 * keys, features=0, outputs=2 * keys, regression=False, threshold=0.9,
+                configs=configs if tiny is None else dict(configs, tiny=tiny))
+
+
+# "s5" and "mqar" run in both configurations; "s5-16" / "s5-256" and "mqar-64" / "mqar-128" are the
+# full page's other lengths and key counts (S5 over lengths 16-256, MQAR over several lengths and
+# key counts), too big for the CPU page
 TASKS = {
-    "s5": Task("s5", lambda n, c, seed: data.s5(n, c["length"], seed, c["k"]), vocab=120, features=0, outputs=120,
-               regression=False, threshold=0.9,
-               configs={"tiny": dict(k=3, length=8, train=2048, test=512, steps=300, batch=64, dim=32, depth=1,
-                                     chance=1 / 6),
-                        "full": dict(k=5, length=64, train=20000, test=2000, steps=3000, batch=128, dim=128,
-                                     depth=2, chance=1 / 120)}),
-    "mqar": Task("mqar", lambda n, c, seed: data.mqar(n, c["pairs"], c["pairs"], c["keys"], c["values"], seed),
-                 vocab=64, features=0, outputs=64, regression=False, threshold=0.9,
-                 configs={"tiny": dict(pairs=4, keys=8, values=8, train=4096, test=512, steps=300, batch=64, dim=48,
-                                       depth=1, chance=1 / 8),
-                          "full": dict(pairs=16, keys=32, values=32, train=20000, test=2000, steps=3000, batch=128,
-                                       dim=128, depth=2, chance=1 / 32)}),
+    "s5-16": _s5_task("s5-16", 16),
+    "s5": _s5_task("s5", 64, tiny=dict(k=3, length=8, train=2048, test=512, steps=300, batch=64, dim=32, depth=1,
+                                      chance=1 / 6)),
+    "s5-256": _s5_task("s5-256", 256),
+    "mqar": _mqar_task("mqar", 32, tiny=dict(pairs=4, keys=8, values=8, train=4096, test=512, steps=300, batch=64,
+                                             dim=48, depth=1, chance=1 / 8)),
+    "mqar-64": _mqar_task("mqar-64", 64),
+    "mqar-128": _mqar_task("mqar-128", 128),
     "pendulum": Task("pendulum", lambda n, c, seed: data.pendulum(n, c["length"], seed), vocab=0, features=2,
                      outputs=2, regression=True, threshold=0.9, uses_dt=True,
                      configs={"tiny": dict(length=32, train=512, test=128, steps=150, batch=32, dim=32, depth=1,
@@ -127,7 +150,8 @@ def run(task_name: str, mixer: str, seed: int, config: str = "tiny", decay: bool
     return dict(task=task_name, mixer=mixer, decay=decay, seed=seed, config=config,
                 metric="r2" if task.regression else "accuracy", score=round(value, 4),
                 fitted=value >= task.threshold, threshold=task.threshold, chance=round(cfg["chance"], 4),
-                steps=cfg["steps"], ms_per_step=round(1e3 * seconds / cfg["steps"], 3), device=str(device))
+                steps=cfg["steps"], ms_per_step=round(1e3 * seconds / cfg["steps"], 3), device=str(device),
+                gpu=torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else None)
 
 
 def _to(b: data.Batch, device) -> data.Batch:
