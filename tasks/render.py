@@ -31,7 +31,7 @@ irregular time steps (the decay option), the permuted digits long-range mixing."
 
 def render(rows: list, source: str) -> str:
     configs = sorted({r["config"] for r in rows})
-    devices = sorted({r["device"] for r in rows})
+    devices = sorted({r.get("gpu") or r["device"] for r in rows})  # rows before 2026-12-05 name no GPU
     seeds = sorted({r["seed"] for r in rows})
     lines = [f"# Task validation: {', '.join(configs)} configuration", "",
              f"Rendered by `python -m tasks.render {source}` from its rows ({len(rows)} runs; seeds "
