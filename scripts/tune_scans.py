@@ -442,10 +442,18 @@ def roofline_sweep(budget, log):
 
 
 GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (4, 16384, 1024), (8, 512, 256), (32, 4096, 1024)]
-# the gated kernels' paths: the default rule (the tiles), and the gates let walk
-# (IN_THREAD["gates"]) in the in-thread tiles wherever they fit (per SM a tiny positive aim: 0
-# would read as "the family's default" in common.target_programs)
-GATED_PATHS = {"default": None, "walk": dict(gates=True, programs_per_sm={"fwd": 1e-9, "bwd": 1e-9})}
+# the gated kernels' paths, each a set of knob updates ({knob table's name in common: updates}):
+# the default rule (the tiles), and the gates let walk (IN_THREAD["gates"]) in the in-thread
+# tiles wherever they fit (per SM a tiny positive aim: 0 would read as "the family's default" in
+# common.target_programs)
+GATED_PATHS = {"default": {}, "walk": {"IN_THREAD": dict(gates=True, programs_per_sm={"fwd": 1e-9, "bwd": 1e-9})}}
+# the look-back tiles (BLOCK_T, BLOCK_D, warps) the gated scans take where T is long and programs
+# few (SignedMinGRU fp32 at (4, 16384, 1024): fwd ~51% of copy, session 23's profile), at the
+# shapes where they run the look-back
+GATED_LOOKBACK_DIMS = [(4, 16384, 1024), (1, 65536, 1024), (16, 2048, 512)]
+GATED_LOOKBACK_TILES = {f"lb{t}x{d}w{w}": {"LOOKBACK": dict(tile=(t, d, w))}
+                        for t, d, w in ((128, 32, 4), (64, 32, 4), (64, 64, 4), (128, 64, 4), (128, 32, 8),
+                                        (256, 32, 8), (64, 32, 2))}
 
 
 def gated_sweep(budget, log):
@@ -454,6 +462,17 @@ def gated_sweep(budget, log):
     in-thread walk takes over from the chunked / look-back tiles, IN_THREAD["programs_per_sm"]),
     checked against the first configuration. % of copy by the fewest bytes: fwd reads n D and
     writes D per token; fwd+bwd adds the grad out, proj and h read and the proj grad written."""
+    _gated_cells(budget, log, "gated", GATED_DIMS, GATED_PATHS, unfused=True)
+
+
+def gated_lookback_sweep(budget, log):
+    """The gated scans on each look-back tile (``GATED_LOOKBACK_TILES``) where they look back."""
+    _gated_cells(budget, log, "gated_lookback", GATED_LOOKBACK_DIMS, GATED_LOOKBACK_TILES, unfused=False)
+
+
+def _gated_cells(budget, log, section, dims_list, paths, unfused):
+    """Each gated cell (dims x dtype x gate x direction) on each path of ``paths`` (after the
+    unfused form where asked), checked against the cell's first result."""
     import scankit
     from scankit import reference
 
@@ -463,19 +482,27 @@ def gated_sweep(budget, log):
            "signed": (scankit.signed_mingru_scan, 3, lambda p: scankit.linear_scan(
                *reference.signed_mingru_terms(p, False), return_prefix=False))}
     reference_out = {}
-    for dims, dtype, (gate, (fused, n, unfused)), direction in itertools.product(
-            GATED_DIMS, (torch.bfloat16, torch.float32), ops.items(), grid.DIRECTIONS):
+    for dims, dtype, (gate, (fused, n, plain)), direction in itertools.product(
+            dims_list, (torch.bfloat16, torch.float32), ops.items(), grid.DIRECTIONS):
         B, T, D = dims
-        for impl, path in [("unfused", None)] + [("fused", p) for p in GATED_PATHS]:
+        for impl, path in [("unfused", None)] * unfused + [("fused", p) for p in paths]:
             if time.time() - START > budget:
                 return
-            with knobs(common.IN_THREAD):
-                common.IN_THREAD.update(GATED_PATHS.get(path) or {})
+            with knobs(common.IN_THREAD, common.LOOKBACK):
+                for table, updates in (paths.get(path) or {}).items():
+                    getattr(common, table).update(updates)
                 gen = torch.Generator(device="cuda").manual_seed(0)  # one input per cell: the configs compared
                 p = (torch.randn(B, T, n * D, device="cuda", generator=gen) * 2).to(dtype)
                 p.requires_grad_(direction == "fwdbwd")
-                fn = measure.callable_workload(fused if impl == "fused" else unfused, (p,), direction)
-                result = [t.detach().float().clone() for t in _flat(fn())]
+                fn = measure.callable_workload(fused if impl == "fused" else plain, (p,), direction)
+                try:
+                    result = [t.detach().float().clone() for t in _flat(fn())]
+                except Exception as exc:  # a tile that fails to compile or run (resources)
+                    log(dict(section=section, gate=gate, impl=impl, path=path, dims=dims, dtype=str(dtype)[6:],
+                             direction=direction, error=f"{type(exc).__name__}: {exc}"[:300]))
+                    del p, fn
+                    torch.cuda.empty_cache()
+                    continue
                 key = (gate, dims, dtype, direction)
                 err = None
                 if key in reference_out:
@@ -488,11 +515,11 @@ def gated_sweep(budget, log):
                 torch.cuda.empty_cache()
             p_bytes = B * T * D * (2 if dtype == torch.bfloat16 else 4)
             moved = p_bytes * ((n + 1) if direction == "fwd" else (2 * n + 3 + n))
-            log(dict(section="gated", gate=gate, impl=impl, path=path, dims=dims, dtype=str(dtype)[6:],
+            log(dict(section=section, gate=gate, impl=impl, path=path, dims=dims, dtype=str(dtype)[6:],
                      direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
-SECTIONS = dict(gated=gated_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep)
 
 

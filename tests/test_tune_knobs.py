@@ -42,9 +42,27 @@ def test_the_gated_sweeps_walk_path_walks_and_is_undone(monkeypatch):
     before = dict(common.IN_THREAD)
     assert elementwise._geometry(a, False, "bwd", a, a, gate=1)[:3] != walking
     with tune_scans.knobs(common.IN_THREAD), pytest.raises(RuntimeError):
-        common.IN_THREAD.update(tune_scans.GATED_PATHS["walk"])
+        common.IN_THREAD.update(tune_scans.GATED_PATHS["walk"]["IN_THREAD"])
         assert elementwise._geometry(a, False, "bwd", a, a, gate=1)[:3] == walking
         assert elementwise._geometry(a, False, "fwd", a, a, gate=1)[:3] == walking
         raise RuntimeError("budget spent midway")
     assert common.IN_THREAD == before and elementwise._geometry(a, False, "fwd", a, a, gate=1)[:3] != walking
     assert elementwise._geometry(a, False, "fwd", a, a)[:3] == walking  # linear_scan walks at this shape
+
+
+def test_the_gated_look_back_paths_set_the_tile_and_are_undone():
+    """Each path of the gated look-back section gives the look-back kernels its tile on the GPU,
+    and leaves LOOKBACK as it was; every path names a knob table the sweep restores."""
+    import torch
+
+    cuda = torch.device("cuda")
+    before = dict(common.LOOKBACK)
+    for name, path in tune_scans.GATED_LOOKBACK_TILES.items():
+        assert set(path) <= {"IN_THREAD", "LOOKBACK"}, name  # what _gated_cells restores
+        with tune_scans.knobs(common.IN_THREAD, common.LOOKBACK):
+            for table, updates in path.items():
+                getattr(common, table).update(updates)
+            assert common.lookback_tiles(cuda) == path["LOOKBACK"]["tile"]
+        assert common.LOOKBACK == before
+    assert common.lookback_tiles(cuda) == tuple(before["tile"])
+    assert set(tune_scans.GATED_PATHS["walk"]) <= {"IN_THREAD", "LOOKBACK"}
