@@ -17,7 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k defaults to 8 (v = 1)
+CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k defaults to 8 (v = 1); an op
+    # named "<op>+state" is called with return_prefix=False (the states only: what the mixers call)
     ("parallel_scan_log", (32, 4096, 1024), "fwd"), ("parallel_scan_log", (32, 4096, 1024), "fwdbwd"),
     ("parallel_scan_log", (1, 65536, 1024), "fwd"), ("parallel_scan_log", (1, 65536, 1024), "fwdbwd"),
     ("parallel_scan_log", (16, 1024, 64), "fwdbwd"), ("parallel_scan_log", (128, 64, 64), "fwdbwd"),
@@ -29,22 +30,26 @@ CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k default
     ("matrix_scan", (16, 1024, 32), "fwdbwd"), ("matrix_scan", (128, 64, 32), "fwdbwd"),
     ("matrix_affine_scan", (32, 4096, 32), "fwd"), ("matrix_affine_scan", (128, 64, 8), "fwdbwd"),
     ("matrix_affine_scan", (32, 4096, 128, 2), "fwd"), ("matrix_affine_scan", (32, 4096, 128, 2), "fwdbwd"),
+    ("matrix_affine_scan", (32, 4096, 32), "fwdbwd"), ("matrix_affine_scan", (32, 4096, 64, 4), "fwd"),
+    ("matrix_affine_scan+state", (32, 4096, 32), "fwd"), ("matrix_affine_scan+state", (32, 4096, 32), "fwdbwd"),
+    ("matrix_affine_scan+state", (1, 65536, 32), "fwd"), ("matrix_affine_scan+state", (1, 65536, 32), "fwdbwd"),
 ]
 
 WORKER = r"""
-import json, sys, torch, triton.testing
+import functools, json, sys, torch, triton.testing
 sys.path.insert(0, sys.argv[1])
 import scankit
 from benchmarks.harness.cases import OPS
 cells, out = json.loads(sys.argv[2]), {}
 for op_name, shape, direction in cells:
-    names = ("B", "T", "D") if "matrix" not in op_name else ("B", "T", "n", "k")
+    base = op_name.removesuffix("+state")
+    names = ("B", "T", "D") if "matrix" not in base else ("B", "T", "n", "k")
     dims = dict(zip(names, shape))
-    if op_name == "matrix_affine_scan":
+    if base == "matrix_affine_scan":
         dims.setdefault("k", 8)
         dims.update(v=1)
-    xs = [x.requires_grad_(direction == "fwdbwd") for x in OPS[op_name].inputs(dims, device="cuda", seed=0)]
-    fn = OPS[op_name].fn
+    xs = [x.requires_grad_(direction == "fwdbwd") for x in OPS[base].inputs(dims, device="cuda", seed=0)]
+    fn = OPS[base].fn if base == op_name else functools.partial(OPS[base].fn, return_prefix=False)
     with torch.no_grad():
         ref = fn(*xs)
     ref = ref if isinstance(ref, tuple) else (ref,)
