@@ -105,8 +105,10 @@ def main(argv=None) -> int:
         rows.append(dict(cell=cell, baseline_us=statistics.median(a), candidate_us=statistics.median(b),
                          ratio=statistics.median(b) / statistics.median(a),
                          spread_a=max(a) / min(a), spread_b=max(b) / min(b), rel_diff_of_sums=diff))
-    if args.out:
-        Path(args.out).write_text(json.dumps(dict(runs=runs, rows=rows), indent=1))
+    if args.out:  # whole or not at all: written beside, then renamed
+        tmp = Path(args.out).with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(dict(runs=runs, rows=rows), indent=1))
+        os.replace(tmp, args.out)
     print(f"{'cell':58s} {'base us':>10s} {'cand us':>10s} {'ratio':>6s} {'A spr':>6s} {'B spr':>6s} {'diff':>8s}")
     for r in rows:
         print(f"{r['cell']:58s} {r['baseline_us']:10.1f} {r['candidate_us']:10.1f} {r['ratio']:6.3f} "
