@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -92,10 +93,13 @@ def main(argv=None) -> int:
     if not rows:
         print(f"tasks.render: {args.results} holds no rows", file=sys.stderr)
         return 2
-    out = args.results.with_suffix(".md")
-    out.write_text(render(rows, args.results.as_posix()))
-    plot(rows, args.results.with_suffix(".png"))
-    print(out, args.results.with_suffix(".png"))
+    out, png = args.results.with_suffix(".md"), args.results.with_suffix(".png")
+    tmp_md, tmp_png = (p.with_name(f"{p.stem}.{os.getpid()}.tmp{p.suffix}") for p in (out, png))
+    tmp_md.write_text(render(rows, args.results.as_posix()))
+    plot(rows, tmp_png)
+    os.replace(tmp_md, out)  # each page whole or not at all
+    os.replace(tmp_png, png)
+    print(out, png)
     return 0
 
 

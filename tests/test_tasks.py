@@ -182,3 +182,20 @@ def test_runner_continues_a_cut_off_run_and_refuses_another_config(tmp_path, sca
     out.write_text("{half")
     with pytest.raises(SystemExit, match="not a results file"):
         run.main(args)
+
+
+def test_render_writes_the_page_and_its_plot_whole(tmp_path):
+    """``python -m tasks.render X.json`` writes X.md and X.png, nothing left half-written beside."""
+    from pathlib import Path
+
+    from tasks import render
+
+    src = Path(__file__).resolve().parents[1] / "experiments" / "tasks" / "tiny-cpu.json"
+    rows = tmp_path / "rows.json"
+    rows.write_text(src.read_text())
+    assert render.main([str(rows)]) == 0
+    assert rows.with_suffix(".md").read_text() == render.render(json.loads(src.read_text()), str(rows))
+    assert rows.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.json", "rows.md", "rows.png"]
+    rows.write_text("[]")
+    assert render.main([str(rows)]) == 2  # no rows: said, nothing written over
