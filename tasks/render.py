@@ -76,7 +76,7 @@ def plot(rows: list, path: Path) -> None:
         ax.axhline(first["chance"], color="grey", linestyle=":", linewidth=1)
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
         ax.set_title(f"{task} ({first['metric']})", fontsize=9)
-        ax.set_ylim(min(0.0, first["chance"]) - 0.02, 1.02)
+        ax.set_ylim(min(0.0, *(r["score"] for key in groups if key[0] == task for r in groups[key])) - 0.02, 1.02)
         ax.grid(True, axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(tasks):]:
         ax.set_visible(False)

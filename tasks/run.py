@@ -24,10 +24,8 @@ from tabulate import tabulate
 from . import train
 
 
-def grid(tasks, mixers, seeds, config):
+def grid(tasks, mixers, seeds):
     for task in tasks:
-        if config not in train.TASKS[task].configs:
-            continue
         for mixer in mixers:
             for decay in ((False, True) if train.TASKS[task].uses_dt else (False,)):
                 for seed in seeds:
@@ -84,22 +82,22 @@ def summary(rows: list) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", choices=("tiny", "full"), default="tiny")
-    ap.add_argument("--tasks", nargs="+", choices=sorted(train.TASKS), default=list(train.TASKS),
-                    help="default: every task the configuration has")
+    ap.add_argument("--tasks", nargs="+", choices=sorted(train.TASKS), help="default: every task the configuration has")
     ap.add_argument("--mixers", nargs="+", choices=train.MIXERS, default=list(train.MIXERS))
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per cell")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    missing = [t for t in args.tasks if args.config not in train.TASKS[t].configs]
-    if missing and args.tasks != list(train.TASKS):
+    tasks = args.tasks or [t for t, task in train.TASKS.items() if args.config in task.configs]
+    missing = [t for t in tasks if args.config not in train.TASKS[t].configs]
+    if missing:
         ap.error(f"--tasks {' '.join(missing)}: no {args.config!r} configuration (they run in "
                  f"{', '.join(sorted({c for t in missing for c in train.TASKS[t].configs}))})")
     rows = earlier(args.out, args.config)
     done = {cell(r) for r in rows}
     if done:
         print(f"{args.out}: {len(done)} cells already there, continuing", flush=True)
-    for task, mixer, decay, seed in grid(args.tasks, args.mixers, range(args.seeds), args.config):
+    for task, mixer, decay, seed in grid(tasks, args.mixers, range(args.seeds)):
         if (task, mixer, decay, seed) in done:
             continue
         rows.append(train.run(task, mixer, seed, args.config, decay=decay, device=args.device))
