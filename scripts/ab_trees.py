@@ -31,6 +31,7 @@ CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k default
     ("matrix_affine_scan", (32, 4096, 32), "fwd"), ("matrix_affine_scan", (128, 64, 8), "fwdbwd"),
     ("matrix_affine_scan", (32, 4096, 128, 2), "fwd"), ("matrix_affine_scan", (32, 4096, 128, 2), "fwdbwd"),
     ("matrix_affine_scan", (32, 4096, 32), "fwdbwd"), ("matrix_affine_scan", (32, 4096, 64, 4), "fwd"),
+    ("matrix_affine_scan", (32, 4096, 64, 4), "fwdbwd"),
     ("matrix_affine_scan+state", (32, 4096, 32), "fwd"), ("matrix_affine_scan+state", (32, 4096, 32), "fwdbwd"),
     ("matrix_affine_scan+state", (1, 65536, 32), "fwd"), ("matrix_affine_scan+state", (1, 65536, 32), "fwdbwd"),
 ]
