@@ -601,8 +601,10 @@ def _geometry_2x2(A):
 # Lane blocks (``_fwdk_kernel``): the forward of k >= 3 where a lane's values fit in registers
 # ("max_values": k^2 of the step's block, k^2 of the running product, which the summary pass of a
 # chunked T tracks in any case, k v of the state and of the input); lanes per program, warps, programs per SM aimed at when chunking T and
-# the shortest chunk, as the 2x2 kernels'. Not measured on a GPU yet (branch issue17-lane-blocks).
-LANE_BLOCKS = {"max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 32, "min_chunk": 16}
+# the shortest chunk, as the 2x2 kernels'. Fewer, longer chunks than theirs: a main-pass program
+# folds every summary before its chunk, a k x k product each (a step's worth). Starting points,
+# not yet measured on a GPU (tune_scans --sections lanes sweeps them).
+LANE_BLOCKS = {"max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 8, "min_chunk": 32}
 
 
 def _lane_blocks(A, V: int) -> bool:
