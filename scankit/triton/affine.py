@@ -155,6 +155,30 @@ def _mmk(a, x, K: tl.constexpr, COLS: tl.constexpr):
 
 
 @triton.jit
+def _mmtk(a, x, K: tl.constexpr, COLS: tl.constexpr):
+    """a^T @ x per lane: a (K x K), x (K x COLS), both tuples."""
+    y = ()
+    for e in tl.static_range(K * COLS):
+        acc = a[e // COLS] * x[e % COLS]
+        for m in tl.static_range(1, K):
+            acc += a[m * K + e // COLS] * x[m * COLS + e % COLS]
+        y = y + (acc,)
+    return y
+
+
+@triton.jit
+def _mm_tk(x, y, K: tl.constexpr, COLS: tl.constexpr):
+    """x @ y^T per lane: x, y (K x COLS) tuples -> (K x K)."""
+    z = ()
+    for e in tl.static_range(K * K):
+        acc = x[(e // K) * COLS] * y[(e % K) * COLS]
+        for w in tl.static_range(1, COLS):
+            acc += x[(e // K) * COLS + w] * y[(e % K) * COLS + w]
+        z = z + (acc,)
+    return z
+
+
+@triton.jit
 def _blendk(mask, x, y, SIZE: tl.constexpr):
     """x where ``mask``, else y (tuples)."""
     z = ()
@@ -203,8 +227,8 @@ def _fwdk_kernel(
         if HAS_H0:
             xb = _ldk(h0_ptr + bi * sh_b + n * sh_n, sh_i, sh_j, nmask, K, V)
         if HAS_CARRY:  # the summaries of the chunks before this one: (product, state from zero)
-            for c in range(0, ci):
-                slot = (bi * NC + c) * N + n
+            for f in range(0, ci):
+                slot = (bi * NC + f) * N + n
                 sp = _ldk(carry_a_ptr + slot * K * K, K, 1, nmask, K, K)
                 xb = _addk(_mmk(sp, xb, K, V), _ldk(carry_b_ptr + slot * K * V, V, 1, nmask, K, V), K * V)
                 if TRACK_A:
@@ -229,6 +253,73 @@ def _fwdk_kernel(
         side = (bi * NC + ci) * N + n
         _stk(out_a_ptr + side * K * K, pa, nmask, K * K)
         _stk(out_b_ptr + side * K * V, xb, nmask, K * V)
+
+
+@triton.jit
+def _bwdk_kernel(
+    a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
+    da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
+    T, N, NC, CHUNK, NBC,
+    sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
+    K: tl.constexpr, V: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
+):
+    """``_bwd_kernel`` with lane blocks (as ``_fwdk_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t
+    (and the running product's G^A the same way), dA_t = G^_t h_{t-1}^T (+ G^A_t Abar_{t-1}^T),
+    dB_t = G^_t; t descending, the chunks after this one folded in from their summaries."""
+    bi, ci, ni = program(NBC, NC, I64, FOLD)
+    n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = n < N
+    side = (bi * NC + ci) * N + n
+    zero = tl.zeros((BLOCK_N,), tl.float32)
+    eye = _eyek(zero, K)
+    g = ()
+    for e in tl.static_range(K * V):
+        g = g + (zero,)
+    q = ()  # G^A
+    for e in tl.static_range(K * K):
+        q = q + (zero,)
+    prod = eye  # the product of the A^T (summary)
+    if HAS_CARRY:  # the chunks after this one, last first: (product of A^T, G^ and G^A from zero)
+        for f in range(0, NC - 1 - ci):
+            slot = (bi * NC + NC - 1 - f) * N + n
+            sp = _ldk(sum_p_ptr + slot * K * K, K, 1, nmask, K, K)
+            g = _addk(_mmk(sp, g, K, V), _ldk(carry_b_ptr + slot * K * V, V, 1, nmask, K, V), K * V)
+            if HAS_GA:
+                q = _addk(_mmk(sp, q, K, K), _ldk(carry_a_ptr + slot * K * K, K, 1, nmask, K, K), K * K)
+    a_lanes = a_ptr + bi * sa_b + n * sa_n
+    for j in range(0, CHUNK):
+        t = ci * CHUNK + CHUNK - 1 - j  # descending time
+        m = when(t < T, nmask)
+        an = _ldk(a_lanes + row(t + 1, T, REV) * sa_t, sa_i, sa_j, when(t + 1 < T, m), K, K)  # A_{t+1}
+        at_row = (bi * T + row(t, T, REV)) * N + n
+        before = (bi * T + row(t - 1, T, REV)) * N + n  # the previous step's outputs
+        g = _blendk(m, _addk(_mmtk(an, g, K, V), _ldk(gb_ptr + at_row * K * V, V, 1, m, K, V), K * V), g, K * V)
+        if HAS_GA:
+            q = _blendk(m, _addk(_mmtk(an, q, K, K), _ldk(ga_ptr + at_row * K * K, K, 1, m, K, K), K * K), q, K * K)
+        if SUMMARY:
+            prod = _blendk(m, _mmtk(an, prod, K, K), prod, K * K)
+        else:
+            prev = when(t > 0, m)
+            hp = _ldk(outb_ptr + before * K * V, V, 1, prev, K, V)
+            if HAS_H0:
+                hp = _addk(hp, _ldk(h0_ptr + bi * sh_b + n * sh_n, sh_i, sh_j, when(t == 0, m), K, V), K * V)
+            da = _mm_tk(g, hp, K, V)
+            if HAS_GA:  # + G^A Abar_{t-1}^T, Abar_{-1} = I
+                ap = _blendk(t == 0, eye, _ldk(outa_ptr + before * K * K, K, 1, prev, K, K), K * K)
+                da = _addk(da, _mm_tk(q, ap, K, K), K * K)
+            _stk(da_ptr + at_row * K * K, da, m, K * K)
+            _stk(db_ptr + at_row * K * V, g, m, K * V)
+    if SUMMARY:
+        _stk(sum_p_ptr + side * K * K, prod, nmask, K * K)
+        _stk(carry_b_ptr + side * K * V, g, nmask, K * V)
+        if HAS_GA:
+            _stk(carry_a_ptr + side * K * K, q, nmask, K * K)
+    elif HAS_H0:
+        if ci == 0:  # dL/dh_0 = A_0^T G^_0
+            a0 = _ldk(a_lanes + row(0, T, REV) * sa_t, sa_i, sa_j, nmask, K, K)
+            _stk(dh0_ptr + (bi * N + n) * K * V, _mmtk(a0, g, K, V), nmask, K * V)
 
 
 @triton.jit
@@ -607,10 +698,13 @@ def _geometry_2x2(A):
 LANE_BLOCKS = {"max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 8, "min_chunk": 32}
 
 
-def _lane_blocks(A, V: int) -> bool:
-    """Whether the forward of this (k >= 3) scan runs in lane blocks."""
+def _lane_blocks(A, V: int, has_ga: bool = False, backward: bool = False) -> bool:
+    """Whether this (k >= 3) scan's forward, or its backward (``has_ga``: the running product's
+    grad too), runs in lane blocks: the values a lane holds at once, counted as k^2 a block or
+    product and k v a state, its input or grad, within LANE_BLOCKS["max_values"]."""
     K = A.shape[3]
-    return K >= 3 and 2 * K * K + 2 * K * V <= LANE_BLOCKS["max_values"]
+    held = (K * K * (3 if has_ga else 2) + 3 * K * V) if backward else 2 * K * K + 2 * K * V
+    return K >= 3 and held <= LANE_BLOCKS["max_values"]
 
 
 def _geometry_lanes(A):
@@ -701,11 +795,15 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     if dB.numel() == 0:
         return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
     two = _two_by_two(A, V)
-    bn, nc, chunk = _geometry_2x2(A) if two else _geometry(A, V)
+    lanes = not two and _lane_blocks(A, V, ga is not None, backward=True)
+    bn, nc, chunk = _geometry_2x2(A) if two else _geometry_lanes(A) if lanes else _geometry(A, V)
     grid = (B * nc, cdiv(N, bn))
     if two:
         kernel = _bwd2_kernel
         consts = dict(BLOCK_N=bn, VEC=_contiguous_blocks(A), **_knobs_2x2(A.device))
+    elif lanes:
+        kernel = _bwdk_kernel
+        consts = dict(K=K, V=V, BLOCK_N=bn, num_warps=LANE_BLOCKS["num_warps"] if on_gpu(A.device) else 1)
     else:
         kernel = _bwd_kernel
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
