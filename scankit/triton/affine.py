@@ -143,39 +143,35 @@ def _stk(p, x, mask, SIZE: tl.constexpr):
 
 
 @triton.jit
+def _prodk(a, x, R: tl.constexpr, M: tl.constexpr, C: tl.constexpr, A_R: tl.constexpr, A_M: tl.constexpr,
+           X_M: tl.constexpr, X_C: tl.constexpr):
+    """Per lane, the (R x C) product sum_m a[r A_R + m A_M] x[m X_M + c X_C] of two tuples (the
+    strides pick a block or its transpose), row-major."""
+    z = ()
+    for e in tl.static_range(R * C):
+        acc = a[(e // C) * A_R] * x[(e % C) * X_C]
+        for m in tl.static_range(1, M):
+            acc += a[(e // C) * A_R + m * A_M] * x[m * X_M + (e % C) * X_C]
+        z = z + (acc,)
+    return z
+
+
+@triton.jit
 def _mmk(a, x, K: tl.constexpr, COLS: tl.constexpr):
     """a @ x per lane: a (K x K), x (K x COLS), both tuples."""
-    y = ()
-    for e in tl.static_range(K * COLS):
-        acc = a[(e // COLS) * K] * x[e % COLS]
-        for m in tl.static_range(1, K):
-            acc += a[(e // COLS) * K + m] * x[m * COLS + e % COLS]
-        y = y + (acc,)
-    return y
+    return _prodk(a, x, K, K, COLS, K, 1, COLS, 1)
 
 
 @triton.jit
 def _mmtk(a, x, K: tl.constexpr, COLS: tl.constexpr):
     """a^T @ x per lane: a (K x K), x (K x COLS), both tuples."""
-    y = ()
-    for e in tl.static_range(K * COLS):
-        acc = a[e // COLS] * x[e % COLS]
-        for m in tl.static_range(1, K):
-            acc += a[m * K + e // COLS] * x[m * COLS + e % COLS]
-        y = y + (acc,)
-    return y
+    return _prodk(a, x, K, K, COLS, 1, K, COLS, 1)
 
 
 @triton.jit
 def _mm_tk(x, y, K: tl.constexpr, COLS: tl.constexpr):
     """x @ y^T per lane: x, y (K x COLS) tuples -> (K x K)."""
-    z = ()
-    for e in tl.static_range(K * K):
-        acc = x[(e // K) * COLS] * y[(e % K) * COLS]
-        for w in tl.static_range(1, COLS):
-            acc += x[(e // K) * COLS + w] * y[(e % K) * COLS + w]
-        z = z + (acc,)
-    return z
+    return _prodk(x, y, K, COLS, K, COLS, 1, 1, COLS)
 
 
 @triton.jit
