@@ -180,22 +180,22 @@ def pipelining_sweep(budget, log):
 
 def lanes_sweep(budget, log):
     """The lane-block forward (affine.LANE_BLOCKS, where the tree has it) against the generic
-    kernels ("generic": lane blocks off), over programs per SM and the shortest chunk: k = 4 and
-    8 at `large`'s width and at B = 1, fwd and fwd+bwd (the backward is the generic one either
-    way), each checked against the generic kernels' outputs / grads."""
+    kernels ("generic": lane blocks off), over programs per SM and the shortest chunk: k = 4 at
+    `large`'s width (v = 1, 4) and at B = 1, k = 8 (lanes allowed up to k = 8 here), fwd and
+    fwd+bwd, each checked against the generic kernels' outputs / grads."""
     if not hasattr(affine, "LANE_BLOCKS"):
         log(dict(section="lanes", skipped="this tree has no lane-block kernels"))
         return
-    cells = [dict(B=32, T=4096, n=32, k=8, v=1), dict(B=1, T=65536, n=32, k=8, v=1),
-             dict(B=32, T=4096, n=64, k=4, v=2), dict(B=16, T=1024, n=8, k=8, v=1)]
+    cells = [dict(B=32, T=4096, n=64, k=4, v=1), dict(B=1, T=65536, n=64, k=4, v=1),
+             dict(B=32, T=4096, n=64, k=4, v=4), dict(B=32, T=4096, n=32, k=8, v=1)]
     points = [None] + [(per_sm, min_chunk) for per_sm in (4, 8, 16, 32) for min_chunk in (16, 64)]
     reference = {}
     with knobs(affine.LANE_BLOCKS):
         for point in points:
             if point is None:
-                affine.LANE_BLOCKS["max_values"] = 0  # every block on the generic kernels
+                affine.LANE_BLOCKS["max_k"] = 0  # every block on the generic kernels
             else:
-                affine.LANE_BLOCKS.update(max_values=160, per_sm=point[0], min_chunk=point[1])
+                affine.LANE_BLOCKS.update(max_k=8, per_sm=point[0], min_chunk=point[1])
             for dims, direction in itertools.product(cells, ("fwd", "fwdbwd")):
                 if time.time() - START > budget:
                     return

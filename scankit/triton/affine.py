@@ -118,7 +118,7 @@ def _fwd_kernel(
         tl.store(out_b_ptr + side * K * V + off_kv, xb, mask=nmask)
 
 
-# Lane blocks (k x k, k >= 3 up to LANE_BLOCKS["max_k"]): one lane per block, the block and its
+# Lane blocks (k x k, 3 <= k <= LANE_BLOCKS["max_k"]): one lane per block, the block and its
 # state held as tuples of lane vectors (element (i, j) at index i * cols + j), so a step is k^2
 # (or, tracking the running product, k^3) fused multiply-adds in one thread: no shuffles, no
 # barriers, no layout conversions on the state's dependent chain (the generic kernels spread a
@@ -685,22 +685,25 @@ def _geometry_2x2(A):
     return (bn, *_split(T, nc))
 
 
-# Lane blocks (``_fwdk_kernel``): the forward of k >= 3 where a lane's values fit in registers
-# ("max_values": k^2 of the step's block, k^2 of the running product, which the summary pass of a
-# chunked T tracks in any case, k v of the state and of the input); lanes per program, warps, programs per SM aimed at when chunking T and
-# the shortest chunk, as the 2x2 kernels'. Fewer, longer chunks than theirs: a main-pass program
-# folds every summary before its chunk, a k x k product each (a step's worth). Starting points,
-# not yet measured on a GPU (tune_scans --sections lanes sweeps them).
-LANE_BLOCKS = {"max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 8, "min_chunk": 32}
+# Lane blocks (``_fwdk_kernel``, ``_bwdk_kernel``): the k x k scans (3 <= k <= "max_k") where a
+# lane's values fit in registers ("max_values": k^2 of the step's block, k^2 of the running product,
+# which the summary pass of a chunked T tracks in any case, k v of the state and of the input);
+# lanes per program, warps, programs per SM aimed at when chunking T and the shortest chunk, as the
+# 2x2 kernels'. Fewer, longer chunks than theirs: a main-pass program folds every summary before
+# its chunk, a k x k product each (a step's worth). "max_k" from one H200 A/B against the generic
+# kernels (session 24, NOTES.md): k = 4 fwd 0.92x, fwd+bwd 0.70x the time; k = 8 1.15x fwd and 2.1x
+# states-only: a lane's 64 scalar loads a step, 256 B from the next lane's, cost more than the
+# generic kernels' reductions.
+LANE_BLOCKS = {"max_k": 4, "max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 8, "min_chunk": 32}
 
 
 def _lane_blocks(A, V: int, has_ga: bool = False, backward: bool = False) -> bool:
-    """Whether this (k >= 3) scan's forward, or its backward (``has_ga``: the running product's
+    """Whether this k x k scan's forward, or its backward (``has_ga``: the running product's
     grad too), runs in lane blocks: the values a lane holds at once, counted as k^2 a block or
     product and k v a state, its input or grad, within LANE_BLOCKS["max_values"]."""
     K = A.shape[3]
     held = (K * K * (3 if has_ga else 2) + 3 * K * V) if backward else 2 * K * K + 2 * K * V
-    return K >= 3 and held <= LANE_BLOCKS["max_values"]
+    return 3 <= K <= LANE_BLOCKS["max_k"] and held <= LANE_BLOCKS["max_values"]
 
 
 def _geometry_lanes(A):
