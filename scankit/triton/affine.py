@@ -56,15 +56,6 @@ def _fold(sp_ptr, sb_ptr, sa_ptr, xa, xb, bi, first, step, count, NC, N, off_kk,
 
 
 @triton.jit
-def _step_ab(a_ptr, b_ptr, a_rel, b_rel, t, T, sa_t, sb_t, mask, REV: tl.constexpr):
-    """(A_t, b_t) of the forward's step t in fp32 (zeros where masked)."""
-    r = row(t, T, REV)
-    at = tl.load(a_ptr + r * sa_t + a_rel, mask=mask, other=0.0).to(tl.float32)
-    bt = tl.load(b_ptr + r * sb_t + b_rel, mask=mask, other=0.0).to(tl.float32)
-    return at, bt
-
-
-@triton.jit
 def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
     T, N, NC, CHUNK, NBC,
@@ -90,18 +81,14 @@ def _fwd_kernel(
             xa, xb = _fold(carry_a_ptr, carry_b_ptr, None, xa, xb, bi, 0, 1, ci, NC, N, off_kk, off_kv, nmask,
                            K, V, TRACK_A, False)
 
-    a_rel = bi * sa_b + _offsets(n, ki, kj, sa_n, sa_i, sa_j)
-    b_rel = bi * sb_b + _offsets(n, ki, vj, sb_n, sb_i, sb_j)
-    t0 = ci * CHUNK
-    # each step's (A_t, b_t) is loaded one step ahead (register prefetch): its memory latency
-    # overlaps the step before instead of stalling the state's dependent chain every step
-    at, bt = _step_ab(a_ptr, b_ptr, a_rel, b_rel, t0, T, sa_t, sb_t, when(t0 < T, nmask), REV)
+    a_rel = _offsets(n, ki, kj, sa_n, sa_i, sa_j)
+    b_rel = _offsets(n, ki, vj, sb_n, sb_i, sb_j)
     for j in range(0, CHUNK):
-        t = t0 + j
+        t = ci * CHUNK + j
         m = when(t < T, nmask)
         r = row(t, T, REV)
-        at_next, bt_next = _step_ab(a_ptr, b_ptr, a_rel, b_rel, t + 1, T, sa_t, sb_t,
-                                    when((t + 1 < T) & (j + 1 < CHUNK), nmask), REV)
+        at = tl.load(a_ptr + bi * sa_b + r * sa_t + a_rel, mask=m, other=0.0).to(tl.float32)
+        bt = tl.load(b_ptr + bi * sb_b + r * sb_t + b_rel, mask=m, other=0.0).to(tl.float32)
         # rows past T keep the state: A = 0 there, so blend instead of multiplying
         xb = tl.where(m, _mm(at, xb) + bt, xb)
         if TRACK_A:
@@ -111,7 +98,6 @@ def _fwd_kernel(
             tl.store(out_b_ptr + at_row * K * V + off_kv, xb.to(out_b_ptr.dtype.element_ty), mask=m)
             if TRACK_A:
                 tl.store(out_a_ptr + at_row * K * K + off_kk, xa.to(out_a_ptr.dtype.element_ty), mask=m)
-        at, bt = at_next, bt_next
     if SUMMARY:
         side = (bi * NC + ci) * N
         tl.store(out_a_ptr + side * K * K + off_kk, xa, mask=nmask)
@@ -260,29 +246,6 @@ def _fwd2_kernel(
 
 
 @triton.jit
-def _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv, bi, t, T, N, sa_t, m,
-                    K: tl.constexpr, V: tl.constexpr, HAS_GA: tl.constexpr, SUMMARY: tl.constexpr,
-                    REV: tl.constexpr):
-    """The backward's loads for step t (fp32, zeros where masked): A_{t+1}^T, the output grads
-    g_t (and g^A_t with HAS_GA), and, outside the summary pass, the outputs of step t - 1 (h_{t-1},
-    Abar_{t-1}); the ones a variant does not use are zeros."""
-    c = tl.load(a_ptr + row(t + 1, T, REV) * sa_t + a_rel_t, mask=when(t + 1 < T, m), other=0.0).to(tl.float32)
-    at_row = (bi * T + row(t, T, REV)) * N
-    before = (bi * T + row(t - 1, T, REV)) * N  # the previous step's outputs
-    u = tl.load(gb_ptr + at_row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
-    ua = tl.zeros(c.shape, tl.float32)
-    prev_b = tl.zeros(u.shape, tl.float32)
-    prev_a = tl.zeros(c.shape, tl.float32)
-    if HAS_GA:
-        ua = tl.load(ga_ptr + at_row * K * K + off_kk, mask=m, other=0.0).to(tl.float32)
-    if not SUMMARY:
-        prev_b = tl.load(outb_ptr + before * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
-        if HAS_GA:
-            prev_a = tl.load(outa_ptr + before * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
-    return c, u, ua, prev_b, prev_a
-
-
-@triton.jit
 def _bwd_kernel(
     a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
@@ -309,34 +272,33 @@ def _bwd_kernel(
         ga, gb = _fold(sum_p_ptr, carry_b_ptr, carry_a_ptr, ga, gb, bi, NC - 1, -1, NC - 1 - ci, NC, N, off_kk,
                        off_kv, nmask, K, V, HAS_GA, True)
 
-    a_rel_t = bi * sa_b + _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
-    t_hi = ci * CHUNK + CHUNK - 1
-    # each step's loads are made one step ahead (register prefetch), as in the forward
-    c, u, ua, prev_b, prev_a = _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv,
-                                               bi, t_hi, T, N, sa_t, when(t_hi < T, nmask), K, V, HAS_GA,
-                                               SUMMARY, REV)
+    a_rel_t = _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
     for j in range(0, CHUNK):
-        t = t_hi - j  # descending time
+        t = ci * CHUNK + CHUNK - 1 - j  # descending time
         m = when(t < T, nmask)
-        nxt = _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv, bi, t - 1, T, N,
-                              sa_t, when((t - 1 < T) & (j + 1 < CHUNK), nmask), K, V, HAS_GA, SUMMARY, REV)
+        c = tl.load(a_ptr + bi * sa_b + row(t + 1, T, REV) * sa_t + a_rel_t, mask=when(t + 1 < T, m),
+                    other=0.0).to(tl.float32)
         at_row = (bi * T + row(t, T, REV)) * N
+        before = (bi * T + row(t - 1, T, REV)) * N  # the previous step's outputs
+        u = tl.load(gb_ptr + at_row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
         gb = tl.where(m, _mm(c, gb) + u, gb)
         if HAS_GA:
+            ua = tl.load(ga_ptr + at_row * K * K + off_kk, mask=m, other=0.0).to(tl.float32)
             ga = tl.where(m, _mm(c, ga) + ua, ga)
         if SUMMARY:
             prod = tl.where(m, _mm(c, prod), prod)
         else:
             first = t == 0
+            prev_b = tl.load(outb_ptr + before * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
             if HAS_H0:
                 h0 = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=when(first, m), other=0.0)
                 prev_b += h0.to(tl.float32)
             da = _mm_t(gb, prev_b)
             if HAS_GA:
+                prev_a = tl.load(outa_ptr + before * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
                 da += _mm_t(ga, tl.where(first, eye, prev_a))
             tl.store(da_ptr + at_row * K * K + off_kk, da.to(da_ptr.dtype.element_ty), mask=m)
             tl.store(db_ptr + at_row * K * V + off_kv, gb.to(db_ptr.dtype.element_ty), mask=m)
-        c, u, ua, prev_b, prev_a = nxt
     if SUMMARY:
         tl.store(sum_p_ptr + side * K * K + off_kk, prod, mask=nmask)
         tl.store(carry_b_ptr + side * K * V + off_kv, gb, mask=nmask)
@@ -344,7 +306,7 @@ def _bwd_kernel(
             tl.store(carry_a_ptr + side * K * K + off_kk, ga, mask=nmask)
     elif HAS_H0:
         if ci == 0:  # dL/dh_0 = A_1^T G^_1
-            a0t = tl.load(a_ptr + row(0, T, REV) * sa_t + a_rel_t, mask=nmask, other=0.0).to(tl.float32)
+            a0t = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + a_rel_t, mask=nmask, other=0.0).to(tl.float32)
             tl.store(dh0_ptr + bi * N * K * V + off_kv, _mm(a0t, gb).to(dh0_ptr.dtype.element_ty), mask=nmask)
 
 
