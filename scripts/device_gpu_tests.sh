@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (repo root): the GPU tests, what CI cannot run. Kernels, fused mixers,
 # torch.compile with inductor (also dynamic=True and CUDA graphs), edges (grid limits, syncs),
-# then more than 2^31 elements per kernel family on their own (memory). Logs under $OUT.
+# then more than 2^31 elements per kernel family on their own (memory). Logs under $OUT, each
+# test's result as it finishes (-v), so a run cut at its time limit still names its failures;
+# the console shows only failures and the summaries.
 #   bash scripts/device_gpu_tests.sh [pytest -k expression]
 set -uo pipefail
 out=${OUT:-/tmp/scankit-gpu-tests}
@@ -12,13 +14,15 @@ export PYTHONUNBUFFERED=1
   # the device's copy of .git can be stale: the caller names the commit it sent (SCANKIT_COMMIT)
   echo "tree: ${SCANKIT_COMMIT:-unnamed (set SCANKIT_COMMIT)}"; } | tee "$out/gpu.txt"
 sel=(${1:+-k "$1"})
-python3 -m pytest -q -p no:cacheprovider -n 12 --timeout 480 --durations=10 "${sel[@]}" \
+shown='(FAILED|ERROR)|(passed|failed|error|no tests ran).* in [0-9.]+s'
+python3 -m pytest -v -p no:cacheprovider -n 12 --timeout 480 --durations=10 "${sel[@]}" \
   tests/test_kernels.py tests/test_fused.py tests/test_compile.py tests/test_edges.py tests/test_mixers.py \
   tests/test_dispatch.py tests/test_validation.py tests/test_final_state.py tests/test_launches.py \
-  tests/test_reverse.py tests/test_packed.py tests/test_gpu_geometry.py tests/test_gated_scans.py tests/test_layers.py tests/test_autocast.py 2>&1 | tee "$out/gpu-tests.log"
+  tests/test_reverse.py tests/test_packed.py tests/test_gpu_geometry.py tests/test_gated_scans.py tests/test_layers.py tests/test_autocast.py 2>&1 \
+  | tee "$out/gpu-tests.log" | grep -E --line-buffered "$shown"
 first=${PIPESTATUS[0]}
-python3 -m pytest -q -p no:cacheprovider --timeout 480 --durations=10 "${sel[@]}" tests/test_big.py 2>&1 \
-  | tee "$out/gpu-tests-big.log"
+python3 -m pytest -v -p no:cacheprovider --timeout 480 --durations=10 "${sel[@]}" tests/test_big.py 2>&1 \
+  | tee "$out/gpu-tests-big.log" | grep -E --line-buffered "$shown"
 second=${PIPESTATUS[0]}
 echo "gpu tests: exit $first, > 2^31 tests: exit $second"
 exit $(( first || second ))
