@@ -10,6 +10,7 @@ backward (states-only and prefix forms) on CPU tensors with the kernels compiled
 shuffles, barriers and shared-memory stores: a state whose layout conversion crosses warps goes
 through shared memory and a barrier every step; within one warp it is shuffles only.
 """
+import argparse
 import os
 import re
 import sys
@@ -32,7 +33,11 @@ def _compile_only(self, *args, **kwargs):  # bind and compile, launch nothing
 
 
 def main() -> None:
-    k, v, warps, elems = map(int, sys.argv[1:5])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("k", "v", "num_warps", "product_elems"):
+        parser.add_argument(name, type=int)
+    args = parser.parse_args()
+    k, v, warps, elems = args.k, args.v, args.num_warps, args.product_elems
     JITFunction.run = _compile_only
     os.environ["MINGRU_SCAN"] = "triton"
     import scankit
