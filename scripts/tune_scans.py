@@ -57,8 +57,11 @@ def knobs(*tables):
 
 
 def affine_sweep(budget, log):
+    """The generic block kernels' knobs at `large` / `vlong` (the prefix forms), one warp first:
+    at one warp the k = 8 states-only kernels' state never crosses warps (no barriers or shared
+    memory a step: scripts/block_sync_probe.py)."""
     with knobs(affine.TUNING, common.PROGRAMS_PER_SM):
-        for per_sm, min_chunk, elems, warps in itertools.product((4, 32), (8, 32), (512, 2048), (2, 4)):
+        for warps, per_sm, min_chunk, elems in itertools.product((1, 2, 4), (4, 32), (32, 8), (512, 2048)):
             for op, shape in itertools.product(("matrix_scan", "matrix_affine_scan"), ("large", "vlong")):
                 for direction in ("fwd", "fwdbwd"):
                     if time.time() - START > budget:
