@@ -76,6 +76,22 @@ def gpu_target(arch: int = 90, sms: int = 132) -> None:
     common._launch_bound = launch_nothing
 
 
+def compile_instead_of_launching(seen=None) -> None:
+    """From here on a Triton launch (``JITFunction.run``) binds and compiles its kernel for the
+    target and runs nothing (``warmup``); ``seen(jit_function, compiled, args, kwargs)``, when
+    given, is called with each compiled kernel."""
+    run = JITFunction.run
+
+    def compile_only(self, *args, **kwargs):
+        kwargs["warmup"] = True
+        compiled = run(self, *args, **kwargs)
+        if seen is not None:
+            seen(self, compiled, args, kwargs)
+        return compiled
+
+    JITFunction.run = compile_only
+
+
 def _shape_classes():
     """(label, op, args, kwargs) per op, form and shape class: "wide" fills the GPU with
     (batch x tiles) programs (one pass), "narrow" does not (T-chunked / look-back), "short"
@@ -147,11 +163,13 @@ def resources(cubin: bytes) -> tuple[int, int]:
 def codegen(ptx: str) -> dict:
     """What a specialization's PTX does with memory and lanes: global stores and loads by width
     (scalar: one element a lane; vector: .v2 / .v4), cp.async copies (global -> shared, the
-    pipelined loads) by bytes, lane shuffles and barriers. Scalar stores or loads where a tile's
-    rows are contiguous, or shuffles in a scan meant to stay in one thread, are what to look at
+    pipelined loads) by bytes, lane shuffles, barriers and shared-memory stores. Scalar stores or
+    loads where a tile's rows are contiguous, or shuffles in a scan meant to stay in one thread,
+    are what to look at
     (session 22: a gated backward's stores went scalar, a bf16 tile split its rows over lanes)."""
     counts = dict(st_scalar=0, st_vector=0, ld_scalar=0, ld_vector=0, cp_async_16=0, cp_async_small=0,
-                  shfl=len(re.findall(r"\bshfl\.", ptx)), bar=len(re.findall(r"\bbar\.sync\b", ptx)))
+                  shfl=len(re.findall(r"\bshfl\.", ptx)), bar=len(re.findall(r"\bbar\.sync\b", ptx)),
+                  st_shared=len(re.findall(r"\bst\.shared\b", ptx)))
     for op, modifiers in re.findall(r"\b(st|ld)\.global(\S*)", ptx):  # e.g. ld.global.L1::evict_last.v4.b32
         counts[f"{op}_{'vector' if re.search(r'[.]v[248][.]', modifiers + '.') else 'scalar'}"] += 1
     for size in re.findall(r"cp\.async\.c[ag]\.shared\.global(?:\.[a-zA-Z0-9:]+)*\s*\[[^]]+\],\s*\[[^]]+\],\s*(0x[0-9a-f]+|\d+)",
@@ -175,12 +193,9 @@ def main():
     gpu_target(args.arch, args.sms)
     compiled = {}  # kernel (module.name) -> {its distinct compiled specializations: (registers, local bytes)}
     code = {}  # (kernel, specialization) -> (shape class, its tile meta and input dtype, codegen counts)
-    run = JITFunction.run
     now = {}
 
-    def compile_only(self, *a, **kw):
-        kw["warmup"] = True
-        kernel = run(self, *a, **kw)
+    def record(self, kernel, a, kw):
         assert "cubin" in kernel.asm, f"{self.__name__}: no cubin"
         name = f"{self.fn.__module__.rsplit('.', 1)[-1]}.{self.__name__}"
         if id(kernel) not in compiled.setdefault(name, {}):
@@ -190,9 +205,8 @@ def main():
                 tile = " ".join(f"{k}={v}" for k, v in kw.items() if k.startswith("BLOCK") or k in (
                     "num_warps", "GATE", "SUMMARY"))
                 code[name, id(kernel)] = (now["label"], f"{dtype} {tile}", codegen(kernel.asm["ptx"]))
-        return kernel
 
-    JITFunction.run = compile_only
+    compile_instead_of_launching(record)
     # every look-back setting (common.LOOKBACK["linear"]): "off" sends narrow linear scans
     # down the chunked kernels, whose prefix-gradient variant the default never launches
     for mode in dict.fromkeys((common.LOOKBACK["linear"], "off", "always")):

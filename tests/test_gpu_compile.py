@@ -37,7 +37,7 @@ def test_every_kernel_compiles_for_the_h200():
 
 def test_codegen_counts_a_ptx_listing(monkeypatch):
     """compile_for_gpu.codegen: global stores / loads scalar or vector (whatever the cache
-    modifiers), cp.async by size, shuffles and barriers (the module refuses to load under the
+    modifiers), cp.async by size, shuffles, barriers and shared stores (the module refuses to load under the
     interpreter's flag; importing it here sets nothing up)."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
@@ -53,9 +53,10 @@ def test_codegen_counts_a_ptx_listing(monkeypatch):
     ld.global.L1::evict_last.v2.b32 { %r1, %r2 }, [ %rd1 + 0 ];
     shfl.sync.up.b32 %r1, %r2, 1, 0, -1;
     bar.sync 0;
+    st.shared.b32 [ %r4 ], %r42;
     ld.shared.b32 %r9, [ %r3 + 0 ];"""
     assert codegen(ptx) == dict(st_scalar=2, st_vector=1, ld_scalar=1, ld_vector=2, cp_async_16=1, cp_async_small=1,
-                                shfl=1, bar=1)
+                                shfl=1, bar=1, st_shared=1)
 
 
 def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
