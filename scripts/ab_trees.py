@@ -34,6 +34,9 @@ CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k default
     ("matrix_affine_scan", (32, 4096, 64, 4), "fwdbwd"),
     ("matrix_affine_scan+state", (32, 4096, 32), "fwd"), ("matrix_affine_scan+state", (32, 4096, 32), "fwdbwd"),
     ("matrix_affine_scan+state", (1, 65536, 32), "fwd"), ("matrix_affine_scan+state", (1, 65536, 32), "fwdbwd"),
+    ("matrix_affine_scan", (32, 4096, 64, 3), "fwd"), ("matrix_affine_scan", (32, 4096, 64, 3), "fwdbwd"),
+    ("matrix_affine_scan", (32, 4096, 16, 16), "fwd"), ("matrix_affine_scan", (32, 4096, 16, 16), "fwdbwd"),
+    ("matrix_affine_scan+state", (32, 4096, 16, 16), "fwd"), ("matrix_affine_scan+state", (32, 4096, 16, 16), "fwdbwd"),
 ]
 
 WORKER = r"""

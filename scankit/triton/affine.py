@@ -386,8 +386,12 @@ def _bwd2_kernel(
 # Launch knobs of the block kernels on the GPU (scripts/tune_scans.py sweeps them):
 # elements of the per-step (BN, K, K, max(K, V)) product, shortest T-chunk, warps per program.
 # H200 sweep (experiments/logs/2026-11-30-h200-tune-scans-run7.json): one block per program
-# and 2 warps take matrix_affine_scan (k=8) large fwd from 13.8 to 5.1 ms.
-TUNING = {"product_elems": 512, "min_chunk": 32, "num_warps": 2}
+# and 2 warps take matrix_affine_scan (k=8) large fwd from 13.8 to 5.1 ms. One warp: the k = 8
+# block's state then never crosses warps (no barriers, no shared-memory round trip per step;
+# experiments/logs/2026-12-05-cpu-s24-block-sync-probe.txt), and on the H100 k = 8 fwd goes
+# 5.04 -> 2.68 ms, fwd+bwd 12.2 -> 8.7 ms, states-only (1, 65536) 0.42x
+# (experiments/logs/2026-12-06-h100-s25-ab-one-warp.txt).
+TUNING = {"product_elems": 512, "min_chunk": 32, "num_warps": 1}
 
 
 def _block_lanes(N: int, K: int, V: int) -> int:
