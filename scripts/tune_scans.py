@@ -57,20 +57,21 @@ def knobs(*tables):
 
 
 def affine_sweep(budget, log):
-    """The generic block kernels' knobs at `large` / `vlong` (the prefix forms), one warp first:
-    at one warp the k = 8 states-only kernels' state never crosses warps (no barriers or shared
-    memory a step: scripts/block_sync_probe.py)."""
+    """The generic block kernels' knobs (matrix_affine_scan, k = 8, v = 1, prefix form) at
+    `large` / `vlong`: warps (one first: the k = 8 state then never crosses warps,
+    scripts/block_sync_probe.py), programs per SM (one-warp programs are small, so more of them
+    fit an SM) and the shortest T-chunk. matrix_scan takes the 2x2 kernels (matrix2's knobs)."""
     with knobs(affine.TUNING, common.PROGRAMS_PER_SM):
-        for warps, per_sm, min_chunk, elems in itertools.product((1, 2, 4), (4, 32), (32, 8), (512, 2048)):
-            for op, shape in itertools.product(("matrix_scan", "matrix_affine_scan"), ("large", "vlong")):
-                for direction in ("fwd", "fwdbwd"):
-                    if time.time() - START > budget:
-                        return
-                    affine.TUNING.update(min_chunk=min_chunk, product_elems=elems, num_warps=warps)
-                    common.PROGRAMS_PER_SM["affine"] = per_sm
-                    us = timed(op, shape, direction)
-                    log(dict(section="affine", per_sm=per_sm, min_chunk=min_chunk, product_elems=elems, warps=warps,
-                             op=op, shape=shape, direction=direction, us=us, tbps=tbps(op, shape, direction, us)))
+        for warps, per_sm, min_chunk in itertools.product((1, 2), (4, 8, 16, 32), (32, 8)):
+            for shape, direction in itertools.product(("large", "vlong"), ("fwd", "fwdbwd")):
+                if time.time() - START > budget:
+                    return
+                affine.TUNING.update(min_chunk=min_chunk, num_warps=warps)
+                common.PROGRAMS_PER_SM["affine"] = per_sm
+                us = timed("matrix_affine_scan", shape, direction)
+                log(dict(section="affine", per_sm=per_sm, min_chunk=min_chunk, product_elems=affine.TUNING["product_elems"],
+                         warps=warps, op="matrix_affine_scan", shape=shape, direction=direction, us=us,
+                         tbps=tbps("matrix_affine_scan", shape, direction, us)))
 
 
 def timing_ab(budget, log):
