@@ -1,6 +1,6 @@
 """Host time per call of each scan op, split into scankit's own Python and Triton's launches.
 
-    python scripts/host_cost.py [--shape lab] [--calls 2000] [--graphs] [--json OUT]
+    python scripts/host_cost.py [--shape lab] [--calls 2000] [--graphs] [--ops OP ...] [--json OUT]
 
 Each op (the benchmark registry's cells: triton impl, fwd and fwd+bwd) is called back to back
 and timed on the wall clock; then the kernel launches of one call are recorded (kernel, grid,
@@ -25,7 +25,9 @@ autograd engine's included) to ``DIR/<op>-<direction>.txt``.
 
 ``--graphs`` (GPU only) also times each cell as a ``torch.compile(mode="reduce-overhead")``
 function (inductor, CUDA graphs, shapes fixed) after its recording: what a user whose shapes
-do not change can have instead of the eager call (compiles take ~10-20 s a cell).
+do not change can have instead of the eager call (compiles take ~10-20 s a cell);
+``graph_skips``: how often inductor declined to graph the cell (then its time is no graph's;
+``TORCH_LOGS=perf_hints`` prints why).
 """
 import argparse
 import json
@@ -126,16 +128,21 @@ def _profile(fn, path: Path, calls: int = 50) -> None:
 
 
 def _graphed(op_name: str, direction: str, xs):
-    """The cell as a reduce-overhead compiled function, recorded (three calls) before timing."""
+    """The cell as a reduce-overhead compiled function, recorded (three calls) before timing,
+    and how many times inductor declined to graph it (its ``cudagraph_skips`` counter: a
+    skipped cell runs its compiled graph without CUDA graphs, so its time is no graph's)."""
+    from torch._dynamo.utils import counters
+
     from benchmarks.harness import measure
     from benchmarks.harness.cases import OPS
 
     torch._dynamo.reset()  # each op's cases share one code object: a fresh cache, not dynamo's recompile limit
+    skips = counters["inductor"]["cudagraph_skips"]
     compiled = torch.compile(OPS[op_name].fn, mode="reduce-overhead", fullgraph=True)
     fn = measure.callable_workload(compiled, xs, direction)
     for _ in range(3):
         fn()
-    return fn
+    return fn, counters["inductor"]["cudagraph_skips"] - skips
 
 
 def main(argv=None) -> int:
@@ -145,6 +152,7 @@ def main(argv=None) -> int:
     parser.add_argument("--graphs", action="store_true", help="also time torch.compile(mode='reduce-overhead')")
     parser.add_argument("--profile", help="write each cell's torch.profiler host table under this folder")
     parser.add_argument("--json", help="write the rows here too")
+    parser.add_argument("--ops", nargs="*", help="only these ops (default: every op of the registry)")
     args = parser.parse_args(argv)
 
     on_gpu = torch.cuda.is_available()
@@ -166,7 +174,9 @@ def main(argv=None) -> int:
 
         scankit.dispatch.interpreting = lambda: True
     rows = []
-    for op_name in grid.OP_NAMES:
+    for op_name in args.ops or grid.OP_NAMES:
+        if op_name not in grid.OP_NAMES:
+            parser.error(f"--ops takes {', '.join(grid.OP_NAMES)}; got {op_name!r}")
         for direction in grid.DIRECTIONS:
             xs = OPS[op_name].inputs(OPS[op_name].dims_at(grid.SHAPES[args.shape]), device=device,
                                      requires_grad=direction == "fwdbwd")
@@ -184,7 +194,8 @@ def main(argv=None) -> int:
                              triton_us=round(triton_us, 1), scankit_us=round(total - triton_us, 1),
                              wrap_fwd_us=round(in_fwd, 1), wrap_bwd_us=round(in_bwd, 1)))
             if args.graphs and on_gpu:
-                rows[-1]["graphs_us"] = round(_per_call_us(_graphed(op_name, direction, xs), args.calls), 1)
+                graphed, skips = _graphed(op_name, direction, xs)
+                rows[-1].update(graphs_us=round(_per_call_us(graphed, args.calls), 1), graph_skips=skips)
             if args.profile:
                 Path(args.profile).mkdir(parents=True, exist_ok=True)
                 _profile(fn, Path(args.profile) / f"{op_name}-{direction}.txt")
