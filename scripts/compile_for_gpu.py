@@ -65,26 +65,20 @@ def gpu_target(arch: int = 90, sms: int = 132) -> None:
             module.on_gpu = lambda device: True
     common._sm_count = lambda index: sms
     torch.cuda.current_device = lambda: 0
-    bound = common._launch_bound
-
-    def launch_nothing(kernel, grid, args, meta):  # a bound launch's launcher: a no-op here
-        bound(kernel, grid, args, meta)
-        for compiled, _, _ in common._BOUND.values():
-            if compiled._run is None:
-                compiled._run = lambda *values: None
-
-    common._launch_bound = launch_nothing
 
 
 def compile_instead_of_launching(seen=None) -> None:
     """From here on a Triton launch (``JITFunction.run``) binds and compiles its kernel for the
     target and runs nothing (``warmup``); ``seen(jit_function, compiled, args, kwargs)``, when
-    given, is called with each compiled kernel."""
+    given, is called with each compiled kernel. A compiled kernel's launcher is a no-op, so
+    scankit's bound launches (``common._launch_bound``) run nothing either."""
     run = JITFunction.run
 
     def compile_only(self, *args, **kwargs):
         kwargs["warmup"] = True
         compiled = run(self, *args, **kwargs)
+        if compiled._run is None:  # (loading it would need the GPU)
+            compiled._run = lambda *values: None
         if seen is not None:
             seen(self, compiled, args, kwargs)
         return compiled

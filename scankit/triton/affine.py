@@ -494,8 +494,8 @@ def _forward(A, Bm, h0, track_a: bool, reverse: bool = False):
     (the kernels walk the memory rows backwards; outputs in the inputs' time order)."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
-    out_b = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
-    out_a = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype) if track_a else out_b
+    out_b = A.new_empty((B, T, N, K, V))
+    out_a = A.new_empty((B, T, N, K, K)) if track_a else out_b
     if out_b.numel() == 0:
         return (out_a if track_a else None), out_b
     two = _two_by_two(A, V)
@@ -505,8 +505,8 @@ def _forward(A, Bm, h0, track_a: bool, reverse: bool = False):
         bn, nc, chunk = _geometry(A, V)
     sum_a = sum_b = None
     if nc > 1:  # each chunk's (product, state from zero); the main pass folds them into its carry-in
-        sum_a = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
-        sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
+        sum_a = A.new_empty((B, nc, N, K, K), dtype=torch.float32)
+        sum_b = A.new_empty((B, nc, N, K, V), dtype=torch.float32)
         _launch(two, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True, reverse)
     _launch(two, A, Bm, h0, sum_a, sum_b, out_a, out_b, bn, nc, chunk, track_a, False, reverse)
     return (out_a if track_a else None), out_b
@@ -518,9 +518,9 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     V = gb.shape[-1]
     gb = gb.contiguous()
     ga = ga.contiguous() if ga is not None else None
-    dA = torch.empty((B, T, N, K, K), device=A.device, dtype=A.dtype)
-    dB = torch.empty((B, T, N, K, V), device=A.device, dtype=A.dtype)
-    dh0 = torch.empty((B, N, K, V), device=A.device, dtype=A.dtype) if h0 is not None else None
+    dA = A.new_empty((B, T, N, K, K))
+    dB = A.new_empty((B, T, N, K, V))
+    dh0 = A.new_empty((B, N, K, V)) if h0 is not None else None
     if dB.numel() == 0:
         return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
     two = _two_by_two(A, V)
@@ -536,8 +536,8 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     args = (T, N, nc, chunk, B * nc, *_s(A), *_s(h0, 4))
     sum_p = sum_b = sum_a = None
     if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
-        sum_p = torch.empty((B, nc, N, K, K), device=A.device, dtype=torch.float32)
-        sum_b = torch.empty((B, nc, N, K, V), device=A.device, dtype=torch.float32)
+        sum_p = A.new_empty((B, nc, N, K, K), dtype=torch.float32)
+        sum_b = A.new_empty((B, nc, N, K, V), dtype=torch.float32)
         sum_a = torch.empty_like(sum_p) if ga is not None else None
         common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p,
                       *args, HAS_CARRY=False, SUMMARY=True, **consts)

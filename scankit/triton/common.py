@@ -1,6 +1,5 @@
 """Launch geometry, the kernels' envelope, and the custom-op / autograd wiring shared by
 every scan kernel."""
-import contextlib
 import functools
 import threading
 from typing import Optional
@@ -188,7 +187,7 @@ def check_envelope(op: str, *tensors, kv=None) -> None:
             continue
         if x.dtype not in KERNEL_DTYPES:
             raise ScanFallback(f"{op}: kernels take float32/bfloat16/float16, got {x.dtype}")
-        if x.device.type not in ("cuda", "cpu"):
+        if not (x.is_cuda or x.is_cpu):  # (properties: ``x.device.type`` builds a device first)
             raise ScanFallback(f"{op}: kernels run on CUDA (or the CPU interpreter), got {x.device}")
     if kv is not None and any(s not in KERNEL_KV for s in kv):
         raise ScanFallback(f"{op}: kernels take k, v in {KERNEL_KV}, got k, v = {kv}")
@@ -249,10 +248,18 @@ _BOUND: dict = {}
 BOUND_ENTRIES = 4096  # then start afresh (a process cycling through that many shapes)
 
 
+# argument types that are no tensor (tested first: ``isinstance(x, torch.Tensor)`` goes through
+# the tensor metaclass's Python-level instance check, ~0.2 us an argument)
+_SCALARS = frozenset({int, bool, float, type(None)})
+
+
 def _bound_key(kernel, grid, args, meta):
-    return (kernel, grid, FP_FUSION, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
+    # the kernel by identity (the entry keeps it, and a hit checks it is the same object):
+    # hashing a JITFunction computes its cache key
+    return (id(kernel), grid, FP_FUSION, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
             torch.cuda.current_device(), tuple(meta.items()),
-            tuple((a.dtype, a.data_ptr() & 15) if isinstance(a, torch.Tensor) else a for a in args))
+            tuple([a if a.__class__ in _SCALARS else (a.dtype, a.data_ptr() & 15) if isinstance(a, torch.Tensor)
+                   else a for a in args]))
 
 
 def _hooked(hook) -> bool:
@@ -269,33 +276,36 @@ def _launch_bound(kernel, grid, args, meta):
         return
     key = _bound_key(kernel, grid, args, meta)
     bound = _BOUND.get(key)
-    if bound is None:
+    if bound is None or bound[3] is not kernel:
         compiled = kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)  # binds, compiles, launches
         if hasattr(compiled, "result"):
             compiled = compiled.result()
         tail = tuple(meta[p.name] if p.name in meta else p.default for p in kernel.params[len(args):])
         if len(_BOUND) >= BOUND_ENTRIES:
             _BOUND.clear()
-        _BOUND[key] = compiled, tail, (*grid, 1, 1)[:3]
+        _BOUND[key] = compiled, tail, (*grid, 1, 1)[:3], kernel
         return
-    compiled, tail, (gx, gy, gz) = bound
+    compiled, tail, (gx, gy, gz), _ = bound
     stream = driver.active.get_current_stream(key[5])
     compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
 
 
-@contextlib.contextmanager
-def direct():
-    """Eager calls on real tensors: inside this block the look-back kernels share one status
-    buffer per stream (``status_words``) and autograd's Eager path is taken."""
-    before = getattr(_launching, "direct", False)
-    _launching.direct = True
-    try:
-        yield
-    finally:
-        _launching.direct = before
+class direct:
+    """Eager calls on real tensors: inside ``with direct():`` the look-back kernels share one
+    status buffer per stream (``status_words``) and autograd's Eager path is taken. (A class,
+    not a generator context manager: a third of the cost, on every call.)"""
+    __slots__ = ("before",)
+
+    def __enter__(self):
+        self.before = getattr(_launching, "direct", False)
+        _launching.direct = True
+
+    def __exit__(self, *exc):
+        _launching.direct = self.before
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_UNTRACED = _SCALARS | set(_PLAIN)  # argument types that never mean tracing (tested before isinstance)
 
 
 def opaque_op(name: str, impl):
@@ -317,7 +327,7 @@ def traced(args) -> bool:
     calls go through the registered custom ops; real tensors take the direct path."""
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return True
-    return any(isinstance(a, torch.Tensor) and type(a) not in _PLAIN for a in args)
+    return any(a.__class__ not in _UNTRACED and isinstance(a, torch.Tensor) for a in args)
 
 
 def either(op, impl):
@@ -367,10 +377,10 @@ def with_autograd(op, impl, setup, backward):
 
         @staticmethod
         def backward(ctx, *grads):
+            if not torch.is_grad_enabled():  # the engine's usual mode (no create_graph)
+                return backward(ctx, *grads)
             with torch.no_grad():
                 out = backward(ctx, *grads)
-            if not torch.is_grad_enabled():
-                return out
             # create_graph=True: these grads depend on the inputs and the incoming grads, but
             # the kernels' backward records no graph; mark them so that differentiating raises
             deps = [t for t in (*ctx.saved_tensors, *grads) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -381,7 +391,8 @@ def with_autograd(op, impl, setup, backward):
     def call(*args):
         if traced(args):
             return op(*args)
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        if torch.is_grad_enabled() and any(a.__class__ not in _SCALARS and isinstance(a, torch.Tensor)
+                                           and a.requires_grad for a in args):
             return Eager.apply(*args)
         with direct():  # nothing to differentiate: the kernels without autograd.Function's ~5 us
             return impl(*args)
@@ -397,9 +408,13 @@ def prefix_scan_op(name: str, forward, backward):
     (``reverse``: the scan runs from the end of time; ``reset``: None, or int8 (T,) flags of the
     rows where a packed sequence's scan begins).
     """
+    def fwd_direct(coeffs, inputs, h0, return_prefix, reverse, reset):
+        """(prefix or None, states): the eager calls' body (no placeholder to allocate)."""
+        return forward(coeffs, inputs, h0 if not return_prefix else None, return_prefix, reverse, reset)
+
     def fwd(coeffs: torch.Tensor, inputs: torch.Tensor, h0: Optional[torch.Tensor],
             return_prefix: bool, reverse: bool, reset: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        prefix, states = forward(coeffs, inputs, h0 if not return_prefix else None, return_prefix, reverse, reset)
+        prefix, states = fwd_direct(coeffs, inputs, h0, return_prefix, reverse, reset)
         return (prefix if prefix is not None else states.new_empty(0)), states
 
     def bwd(coeffs: torch.Tensor, h0: Optional[torch.Tensor], prefix: torch.Tensor, states: torch.Tensor,
@@ -415,7 +430,7 @@ def prefix_scan_op(name: str, forward, backward):
     bwd_op.register_fake(lambda coeffs, h0, prefix, states, g_prefix, g_states, reverse, reset: (
         empty_like_shape(coeffs.shape, coeffs), empty_like_shape(states.shape, coeffs),
         empty_like_shape(h0.shape if h0 is not None else (0,), coeffs)))
-    return prefix_scan_autograd(fwd_op, fwd, bwd_op, bwd)
+    return prefix_scan_autograd(fwd_op, fwd_direct, bwd_op, bwd)
 
 
 def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
@@ -424,7 +439,7 @@ def prefix_scan_autograd(fwd_op, fwd_impl, bwd_op, bwd_impl):
     returns the callable of ``with_autograd``.
 
     With ``return_prefix`` the prefix output is real and h0 unused; without it the prefix is
-    an empty placeholder and the states start from h0."""
+    an empty placeholder (the custom op's; None in eager calls) and the states start from h0."""
     bwd = either(bwd_op, bwd_impl)
 
     def setup(ctx, inputs, output):

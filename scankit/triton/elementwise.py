@@ -805,11 +805,11 @@ def _bwd_lookback_kernel(
 
 
 def _strides3(x):
-    return x.stride(0), x.stride(1), x.stride(2)
+    return x.stride()  # (3-D tensors: one C call, not three)
 
 
 def _h0_strides(h0):
-    return (h0.stride(0), h0.stride(1)) if h0 is not None else (0, 0)
+    return h0.stride() if h0 is not None else (0, 0)
 
 
 def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
@@ -836,8 +836,8 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
     ``reset``: int8 (T,) flags of the memory rows where a packed sequence's scan begins (B = 1).
     ``gate``: a, b are a gate's first and last pre-activations (``GATES``), the recurrence's from them."""
     B, T, D = a.shape
-    out_h = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
-    out_a = torch.empty((B, T, D), device=a.device, dtype=a.dtype) if write_a else out_h
+    out_h = a.new_empty((B, T, D))
+    out_a = a.new_empty((B, T, D)) if write_a else out_h
     if out_h.numel() == 0:
         return (out_a if write_a else None), out_h
     block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out_h, out_a, gate=gate)
@@ -884,7 +884,7 @@ def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset, gate):
     the log op's as (sum of log a, log state from zero); the main pass folds them."""
     B, T, D = a.shape
     block_t, block_d, warps, stages = tile
-    sum_a = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
+    sum_a = a.new_empty((B, nc, D), dtype=torch.float32)
     sum_h = torch.empty_like(sum_a)
     grid = (B * nc, cdiv(D, block_d))
     meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
@@ -909,12 +909,12 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, re
     ga = ga.contiguous() if ga is not None else None
     if gate:  # one gradient of the gate's operands, as the projection that gave them wants it
         n = GATES[gate][1]
-        dp = torch.empty((B, T, n * D), device=a.device, dtype=a.dtype)
+        dp = a.new_empty((B, T, n * D))
         da, db = dp[..., :D], dp[..., (n - 1) * D:]
     else:
-        da = torch.empty((B, T, D), device=a.device, dtype=a.dtype)
-        db = torch.empty(b.shape, device=a.device, dtype=b.dtype)
-    dh0 = torch.empty((B, D), device=a.device, dtype=a.dtype) if h0 is not None else None
+        da = a.new_empty((B, T, D))
+        db = b.new_empty(b.shape)
+    dh0 = a.new_empty((B, D)) if h0 is not None else None
     grads = lambda: (dp, None, dh0) if gate else (da, db, dh0)  # noqa: E731
     if da.numel() == 0:
         da.zero_(), db.zero_(), (dh0.zero_() if dh0 is not None else None)
@@ -940,7 +940,7 @@ def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, re
         consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, GATE=gate)
     sum_p, sums = None, ((None,) if log else (None, None))
     if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
-        sum_p = torch.empty((B, nc, D), device=a.device, dtype=torch.float32)
+        sum_p = a.new_empty((B, nc, D), dtype=torch.float32)
         sums = (torch.empty_like(sum_p),) if log else (torch.empty_like(sum_p),
                                                         torch.empty_like(sum_p) if ga is not None else None)
         common.launch(kernel, grid, *before, *sums, *((None,) * len(after)), sum_p, reset, *args,

@@ -162,7 +162,7 @@ def _rotation_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.T
     B, T, N, R, _ = angles.shape
     K = b.shape[-1]
     bn = _lanes_per_program(B, N, b.device)
-    out = torch.empty((B, T, N, K), device=b.device, dtype=b.dtype)
+    out = b.new_empty((B, T, N, K))
     if out.numel() == 0:
         return out
     common.launch(
@@ -183,9 +183,9 @@ def _rotation_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Op
     g = g.contiguous()
     d_angles = torch.empty((B, T, N, R, P), device=out.device, dtype=angles.dtype)
     d_b = torch.empty_like(out)
-    d_scale = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if scale is not None else out.new_empty(0)
-    d_gamma = torch.empty((B, T, N), device=out.device, dtype=out.dtype) if gamma is not None else out.new_empty(0)
-    d_h0 = torch.empty((B, N, K), device=out.device, dtype=out.dtype) if h0 is not None else out.new_empty(0)
+    d_scale = out.new_empty((B, T, N)) if scale is not None else out.new_empty(0)
+    d_gamma = out.new_empty((B, T, N)) if gamma is not None else out.new_empty(0)
+    d_h0 = out.new_empty((B, N, K)) if h0 is not None else out.new_empty(0)
     if out.numel() == 0:
         return d_angles.zero_(), d_b, d_scale.zero_(), d_gamma.zero_(), d_h0.zero_()
     common.launch(
