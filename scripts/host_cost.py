@@ -46,7 +46,6 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 
 import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
 
 
 def _per_call_us(fn, calls: int) -> float:
@@ -173,10 +172,11 @@ def main(argv=None) -> int:
         import scankit.dispatch
 
         scankit.dispatch.interpreting = lambda: True
+    unknown = [op for op in args.ops or () if op not in grid.OP_NAMES]
+    if unknown:
+        parser.error(f"--ops takes {', '.join(grid.OP_NAMES)}; got {', '.join(map(repr, unknown))}")
     rows = []
     for op_name in args.ops or grid.OP_NAMES:
-        if op_name not in grid.OP_NAMES:
-            parser.error(f"--ops takes {', '.join(grid.OP_NAMES)}; got {op_name!r}")
         for direction in grid.DIRECTIONS:
             xs = OPS[op_name].inputs(OPS[op_name].dims_at(grid.SHAPES[args.shape]), device=device,
                                      requires_grad=direction == "fwdbwd")

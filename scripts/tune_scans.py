@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections gated lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
