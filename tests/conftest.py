@@ -74,3 +74,14 @@ def record_launches(monkeypatch, entry):
 
     monkeypatch.setattr(common, "launch", recording)
     return seen
+
+
+@pytest.fixture(autouse=True)
+def _fresh_launch_plans():
+    """Launch plans made under a test's monkeypatched knobs or probes (a replaced knob table, a
+    pretended GPU) are not reused by the next test, nor theirs by it."""
+    from scankit.triton import common
+
+    common.forget_plans()
+    yield
+    common.forget_plans()

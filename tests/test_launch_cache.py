@@ -1,4 +1,4 @@
-"""The bound launches (common._launch_bound), checked against Triton's own binder without a
+"""The bound launches (common._launch_bound, and the launch plans' ``common.Slot``), checked against Triton's own binder without a
 GPU: kernels compiled for sm_90 (scripts/compile_for_gpu.py's target), Triton's launch left
 out, the compiled launcher replaced by a recorder. A repeated call must hand the launcher the
 very arguments, in the very order, and the very compiled kernel that JITFunction.run would."""
@@ -23,11 +23,19 @@ scankit.dispatch.interpreting = lambda: True   # CPU tensors to the (compiled, n
 import os; os.environ["MINGRU_SCAN"] = "triton"
 compile_for_gpu.compile_instead_of_launching()  # bind + compile only
 
-calls, bound = [], common._launch_bound
+calls, bound, slot_call = [], common._launch_bound, common.Slot.__call__
 def watched(kernel, grid, args, meta):
-    calls.append((kernel, grid, args, dict(meta)))
+    calls.append((kernel, grid, args, dict(meta), None))
     return bound(kernel, grid, args, meta)
 common._launch_bound = watched
+def slot_watched(slot, *args):   # a planned launch: its grid and constexprs as it binds them
+    grid, meta = slot._bind
+    calls.append((slot.kernel, grid, args, dict(meta), slot))
+    return slot_call(slot, *args)
+common.Slot.__call__ = slot_watched
+
+def compiled_of(kernel, grid, args, meta, slot):
+    return slot.compiled if slot is not None else common._BOUND[common._bound_key(kernel, grid, args, meta)][0]
 
 g = torch.Generator().manual_seed(0)
 r = lambda *s: torch.rand(*s, generator=g)
@@ -51,18 +59,17 @@ def fwdbwd(op, *xs):   # the backward kernels too (garbage values: nothing runs)
         out = op(*xs)
         out = out if isinstance(out, tuple) else (out,)
         torch.autograd.grad(out, xs, [torch.ones_like(o) for o in out])
-checked = 0
+checked = planned = 0
 for case in cases:
     with torch.no_grad():
         calls.clear(); case()                       # misses: Triton binds, compiles, fills the cache
         first = list(calls)
         seen = []
-        for kernel, grid, args, meta in first:
-            compiled = common._BOUND[common._bound_key(kernel, grid, args, meta)][0]
-            compiled._run = lambda *v, _seen=seen: _seen.append(v)
+        for launch in first:
+            compiled_of(*launch)._run = lambda *v, _seen=seen: _seen.append(v)
         calls.clear(); case()                       # hits: the recorders get the launches
     assert len(calls) == len(first) == len(seen) > 0, (len(calls), len(first), len(seen))
-    for (kernel, grid, args, meta), got in zip(calls, seen):
+    for (kernel, grid, args, meta, slot), got in zip(calls, seen):
         kernel_cache, key_cache, target, backend, binder = kernel.device_caches[0]
         kw = dict(enable_fp_fusion=common.FP_FUSION, **meta, debug=kernel.debug or knobs.runtime.debug,
                   instrumentation_mode=knobs.compilation.instrumentation_mode)   # in JITFunction.run's order
@@ -75,10 +82,12 @@ for case in cases:
         assert len(values) == len(expected), (kernel.fn.__name__, len(values), len(expected))
         for v, e in zip(values, expected):
             assert v is e or (not isinstance(v, torch.Tensor) and v == e and type(v) is type(e)), (v, e)
-        assert common._BOUND[common._bound_key(kernel, grid, args, meta)][0] is want
+        assert compiled_of(kernel, grid, args, meta, slot) is want
         checked += 1
+        planned += slot is not None
 entries = len(common._BOUND)
-print(f"checked {{checked}} bound launches, {{entries}} cache entries")
+assert planned, "no planned launch checked"
+print(f"checked {{checked}} bound launches ({{planned}} planned), {{entries}} cache entries")
 '''
 
 

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 from . import common
-from .common import cdiv, needs_int64, next_pow2, num_chunks, on_gpu, prefix_scan_op
+from .common import Knobs, cdiv, needs_int64, next_pow2, num_chunks, on_gpu, prefix_scan_op
 from .lang import program, row, when
 
 
@@ -391,7 +391,7 @@ def _bwd2_kernel(
 # experiments/logs/2026-12-05-cpu-s24-block-sync-probe.txt), and on the H100 k = 8 fwd goes
 # 5.04 -> 2.68 ms, fwd+bwd 12.2 -> 8.7 ms, states-only (1, 65536) 0.42x
 # (experiments/logs/2026-12-06-h100-s25-ab-one-warp.txt).
-TUNING = {"product_elems": 512, "min_chunk": 32, "num_warps": 1}
+TUNING = Knobs({"product_elems": 512, "min_chunk": 32, "num_warps": 1})
 
 
 def _block_lanes(N: int, K: int, V: int) -> int:
@@ -430,8 +430,8 @@ def _s(x, dims=5):
 # chunked path makes 2 / 4 launches where the generic one makes 1 / 2, and lab's call latency
 # went 142.0 -> 198.6 us (fwd), 645.2 -> 978.0 (fwd+bwd): at host-bound shapes that is what a
 # caller feels. They take every T once they run lab in one launch (issue 15).
-TWO_BY_TWO = {"enabled": True, "block_n": 32, "num_warps": 1, "per_sm": 32, "min_chunk": 16, "stages": None,
-              "min_t": 256}
+TWO_BY_TWO = Knobs({"enabled": True, "block_n": 32, "num_warps": 1, "per_sm": 32, "min_chunk": 16, "stages": None,
+              "min_t": 256})
 
 
 def _two_by_two(A, V: int) -> bool:

@@ -35,9 +35,47 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+class Knobs(dict):
+    """A table of launch knobs (tiles, warps, chunking; ``scripts/tune_scans.py`` sweeps them):
+    a dict whose every change bumps ``Knobs.version``, so that no launch plan made under other
+    values is reused (``plan``)."""
+    version = 0
+
+    def _changed(self):
+        Knobs.version += 1
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self._changed()
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def clear(self):
+        super().clear()
+        self._changed()
+
+    def pop(self, *args):
+        self._changed()
+        return super().pop(*args)
+
+    def popitem(self):
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, key, default=None):
+        self._changed()
+        return super().setdefault(key, default)
+
+
 # Programs per SM that keep the device busy, per kernel family (tune_scans.py sweeps them;
 # H200 runs 7 and 10: more per SM helped neither family at `large`, NOTES.md).
-PROGRAMS_PER_SM = {"elementwise": 4, "affine": 4}
+PROGRAMS_PER_SM = Knobs({"elementwise": 4, "affine": 4})
 
 
 def target_programs(device: torch.device, family: str = "elementwise", per_sm: Optional[int] = None) -> int:
@@ -55,15 +93,15 @@ def target_programs(device: torch.device, family: str = "elementwise", per_sm: O
 # PROGRAMS_PER_SM). tune_scans' chunking and lookback sections sweep them: 16 programs per SM
 # once chunked took the log op's vlong fwd from 685 to 529 us (run 14), without touching
 # `large`, which fills the GPU unchunked.
-CHUNKING = {"min_tiles": 0, "programs_per_sm": 16}
+CHUNKING = Knobs({"min_tiles": 0, "programs_per_sm": 16})
 
 
 # (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU, from the H200
 # sweeps (scripts/tune_scans.py, NOTES.md): the log kernel's exps favour shorter tiles.
-ELEMENTWISE_TILES = {"linear": (64, 32, 4), "log": (32, 32, 4)}
+ELEMENTWISE_TILES = Knobs({"linear": (64, 32, 4), "log": (32, 32, 4)})
 # software-pipelining depth of their tile loop per (kind, pass) (None: Triton's default);
 # the H200 sweep (run 7) favoured 3 stages for the log kernel and for both backwards
-ELEMENTWISE_STAGES = {("linear", "fwd"): None, ("linear", "bwd"): 3, ("log", "fwd"): 3, ("log", "bwd"): 3}
+ELEMENTWISE_STAGES = Knobs({("linear", "fwd"): None, ("linear", "bwd"): 3, ("log", "fwd"): 3, ("log", "bwd"): 3})
 
 
 def stages(log: bool, pass_: str):
@@ -95,8 +133,9 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 # on the tiles, fwd+bwd 852 against 430; at 256 programs (fp32 (64, 256, 512)) the fwd was even
 # (79 / 75), the fwd+bwd 283 against 168. "gates": whether the gated scans may walk (the sweep's
 # "walk" path sets it).
-IN_THREAD = {"tile": (16, 128, 1), "stages": {"fwd": 4, "bwd": 3}, "programs_per_sm": {"fwd": 0.45, "bwd": 1.25},
-             "gates": False}
+IN_THREAD = Knobs({"tile": (16, 128, 1), "stages": Knobs({"fwd": 4, "bwd": 3}),
+                  "programs_per_sm": Knobs({"fwd": 0.45, "bwd": 1.25}),
+                  "gates": False})
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
@@ -138,7 +177,7 @@ def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, fami
 # its state carried in log space), stays on the chunked passes.
 # Session 16's sweeps: one-warp look-back tiles lose (4-8x the tickets and look-backs), and a
 # window of 1 beats 16 (vlong state fwd 421 -> 327 us, fwd+bwd 949 -> 767; 2 and 4 in between).
-LOOKBACK = {"linear": "chunked", "tile": (128, 32, 4), "window": 1, "prefix_every": 1}
+LOOKBACK = Knobs({"linear": "chunked", "tile": (128, 32, 4), "window": 1, "prefix_every": 1})
 
 
 def use_lookback(chunks: int) -> bool:
@@ -239,6 +278,9 @@ def launch(kernel, grid, *args, **meta):
         kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)
 
 
+_LAUNCH = launch  # the unwatched launch (``Slot`` checks that nobody replaced it)
+
+
 # Launches bound once per specialization. Triton's JITFunction.run binds every argument on
 # every call (~12 us for a 20-argument kernel on a desktop CPU, more on a server's): here the
 # key is every scalar exactly, each tensor's dtype and address mod 16, the grid, the launch
@@ -288,6 +330,78 @@ def _launch_bound(kernel, grid, args, meta):
     compiled, tail, (gx, gy, gz), _ = bound
     stream = driver.active.get_current_stream(key[5])
     compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
+
+
+# Launch plans: what a kernel wrapper derives from its inputs' metadata alone (geometry,
+# chunking, the kernels, their grids, constexprs and scalar arguments), kept per key (shapes,
+# strides, dtypes, device, 16-byte alignments, flags and ``plan_epoch()``), so that a repeated
+# call only allocates and launches, each launch through a ``Slot`` bound once.
+_PLANS: dict = {}
+PLAN_ENTRIES = 4096  # then start afresh
+
+
+def plan_epoch() -> tuple:
+    """What a plan depends on besides its inputs: the knobs' version, the compile options, the
+    grid limit, the current device and the GPU probes (tests and the CPU compile harness swap
+    them)."""
+    return (Knobs.version, FP_FUSION, knobs.runtime.debug, knobs.compilation.instrumentation_mode, GRID_Y,
+            on_gpu, _sm_count, torch.cuda.current_device() if torch.cuda.is_available() else -1)
+
+
+def planned(key, make):
+    """The plan under ``key`` (made by ``make()`` the first time)."""
+    found = _PLANS.get(key)
+    if found is None:
+        if len(_PLANS) >= PLAN_ENTRIES:
+            _PLANS.clear()
+        found = _PLANS[key] = make()
+    return found
+
+
+def forget_plans() -> None:
+    _PLANS.clear()
+
+
+def align(t) -> int:
+    """A plan key's view of a tensor's address (None: no tensor): what Triton specializes on."""
+    return -1 if t is None else t.data_ptr() & 15
+
+
+class Slot:
+    """One launch of a plan: ``kernel`` on ``grid`` with the constexprs ``meta``. The plan's key
+    fixes everything Triton specializes on, so the compiled kernel is bound at the first call and
+    later calls go straight to its launcher (no argument binding, no key). A watched launch (a
+    recorder in place of ``launch``, a profiler's hooks) and the interpreter's go through
+    ``launch`` as any other."""
+    __slots__ = ("kernel", "grid", "meta", "compiled", "tail", "xyz", "_bind")
+
+    def __init__(self, kernel, grid, **meta):
+        self.kernel, self.grid, self.meta, self.compiled = kernel, grid, meta, None
+        bind = dict(meta)
+        if len(grid) == 2:  # as ``launch`` folds it
+            bind["FOLD"] = grid[1] > GRID_Y
+            grid = (grid[0] * grid[1],) if bind["FOLD"] else grid
+        self._bind, self.xyz = (grid, bind), (*grid, 1, 1)[:3]
+
+    def __call__(self, *args):
+        kernel = self.kernel
+        watched = launch is not _LAUNCH or _hooked(knobs.runtime.launch_enter_hook) \
+            or _hooked(knobs.runtime.launch_exit_hook) or not isinstance(kernel, JITFunction) or kernel.pre_run_hooks
+        if watched:
+            launch(kernel, self.grid, *args, **self.meta)
+            return
+        compiled = self.compiled
+        if compiled is None:
+            grid, meta = self._bind
+            compiled = kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)  # binds, compiles, launches
+            if hasattr(compiled, "result"):
+                compiled = compiled.result()
+            self.tail = tuple(meta[p.name] if p.name in meta else p.default for p in kernel.params[len(args):])
+            self.compiled = compiled
+            return
+        gx, gy, gz = self.xyz
+        compiled.run(gx, gy, gz, driver.active.get_current_stream(torch.cuda.current_device()), compiled.function,
+                     compiled.packed_metadata, None, None, None, *args, *self.tail)
 
 
 class direct:

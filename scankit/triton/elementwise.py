@@ -47,7 +47,7 @@ import triton.language as tl
 
 from . import common
 from .lang import idx, program, row, when
-from .common import cdiv, empty_like_shape as _empty, needs_int64, num_chunks, tiles
+from .common import align, cdiv, empty_like_shape as _empty, needs_int64, num_chunks, tiles
 
 # The log op's linear-space tiles: |log values| and carry - log values at most this (module doc)
 LOG_RANGE = tl.constexpr(60.0)
@@ -804,10 +804,6 @@ def _bwd_lookback_kernel(
                  mask=when(last, dmask))
 
 
-def _strides3(x):
-    return x.stride()  # (3-D tensors: one C call, not three)
-
-
 def _h0_strides(h0):
     return h0.stride() if h0 is not None else (0, 0)
 
@@ -834,120 +830,164 @@ def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=No
     summaries into each chunk's carry-in (``linear_scan`` runs single-pass there instead).
     ``reverse``: from the end of time (the log op's slot 0 stays log h_0, read in place).
     ``reset``: int8 (T,) flags of the memory rows where a packed sequence's scan begins (B = 1).
-    ``gate``: a, b are a gate's first and last pre-activations (``GATES``), the recurrence's from them."""
+    ``gate``: a, b are a gate's first and last pre-activations (``GATES``), the recurrence's from them.
+    Planned once per shape class (``common.planned``); a call allocates and launches."""
+    key = ("fwd", a.shape, a.stride(), a.dtype, a.device, align(a), b.shape, b.stride(), align(b),
+           None if h0 is None else h0.stride(), align(h0), align(reset), log, write_a, reverse, gate,
+           common.plan_epoch())
+    return common.planned(key, lambda: _plan_forward(a, b, h0, log, write_a, reverse, reset, gate))(a, b, h0, reset)
+
+
+def _plan_forward(a, b, h0, log, write_a, reverse, reset, gate):
+    """``run(a, b, h0, reset) -> (products or None, states)`` for inputs like these."""
     B, T, D = a.shape
-    out_h = a.new_empty((B, T, D))
-    out_a = a.new_empty((B, T, D)) if write_a else out_h
-    if out_h.numel() == 0:
-        return (out_a if write_a else None), out_h
-    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out_h, out_a, gate=gate)
+    shape = (B, T, D)
+
+    def outputs(a):
+        out_h = a.new_empty(shape)
+        return (a.new_empty(shape) if write_a else out_h), out_h
+
+    if B * T * D == 0:
+        def empty(a, b, h0, reset):
+            out_a, out_h = outputs(a)
+            return (out_a if write_a else None), out_h
+        return empty
+    out = torch.empty(shape, device="meta")  # the outputs' layout (contiguous), for the geometry
+    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out, out, gate=gate)
+    strides = (*a.stride(), *b.stride(), *_h0_strides(h0))
+    flags = dict(REV=reverse, HAS_RESET=reset is not None)
     if not log and common.use_lookback(nc):
-        _launch_lookback(_fwd_lookback_kernel, a, 2, (a, b, h0), (out_a, out_h, reset),
-                         (*_strides3(a), *_strides3(b), *_h0_strides(h0)), HAS_H0=h0 is not None, WRITE_A=write_a,
-                         REV=reverse, HAS_RESET=reset is not None, GATE=gate)
+        words, grid, meta, scalars = _lookback_plan(_fwd_lookback_kernel, a, 2, (a, b, h0, out, out, reset), strides,
+                                                    HAS_H0=h0 is not None, WRITE_A=write_a, GATE=gate, **flags)
+        lookback = common.Slot(_fwd_lookback_kernel, grid, **meta)
+
+        def run(a, b, h0, reset):
+            out_a, out_h = outputs(a)
+            lookback(a, b, h0, common.status_words(a.device, words), out_a, out_h, reset, *scalars)
+            return (out_a if write_a else None), out_h
+        return run
+    kernel = _log_fwd_kernel if log else _fwd_kernel
+    grid = (B * nc, cdiv(D, block_d))
+    flags.update(BLOCK_T=block_t, BLOCK_D=block_d, STAGES=stages, num_warps=warps)
+    flags.update(V0=int(h0 is None)) if log else flags.update(HAS_H0=h0 is not None, GATE=gate)
+    scalars = (T, D, nc, chunk, B * nc, *strides)
+    summary = common.Slot(kernel, grid, HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b),
+                          **dict(flags, WRITE_A=True) if not log else flags) if nc > 1 else None
+    main = common.Slot(kernel, grid, HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out),
+                       **dict(flags, WRITE_A=write_a) if not log else flags)
+
+    def run(a, b, h0, reset):
+        out_a, out_h = outputs(a)
+        sum_a = sum_h = None
+        if summary is not None:  # each chunk's (product of a, state from zero); the log op's in log space
+            sum_a = a.new_empty((B, nc, D), dtype=torch.float32)
+            sum_h = torch.empty_like(sum_a)
+            if log:
+                summary(a, b, h0, sum_a, sum_h, None, reset, *scalars)
+            else:
+                summary(a, b, h0, None, None, sum_a, sum_h, reset, *scalars)
+        if log:
+            main(a, b, h0, sum_a, sum_h, out_h, reset, *scalars)
+        else:
+            main(a, b, h0, sum_a, sum_h, out_a, out_h, reset, *scalars)
         return (out_a if write_a else None), out_h
-    carry_a = carry_h = None
-    if nc > 1:
-        carry_a, carry_h = _summaries(a, b, h0, log, nc, chunk, (block_t, block_d, warps, stages), reverse, reset,
-                                      gate)
-    B_nc = B * nc
-    grid = (B_nc, cdiv(D, block_d))
-    meta = dict(HAS_CARRY=nc > 1, SUMMARY=False, I64=needs_int64(a, b, out_h), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
-    if log:
-        common.launch(_log_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_h, reset, T, D, nc, chunk, B_nc,
-                      *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
-    else:
-        common.launch(_fwd_kernel, grid, a, b, h0, carry_a, carry_h, out_a, out_h, reset, T, D, nc, chunk, B_nc,
-                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=write_a,
-                      GATE=gate, **meta)
-    return (out_a if write_a else None), out_h
+    return run
 
 
-def _launch_lookback(kernel, a, planes: int, before, after, strides, **flags):
-    """One single-pass look-back kernel over (B, T, D): a program per tile, a ticket word
-    and ``planes`` status words per (tile, column) (``common.status_words``) passed between
-    the kernel's ``before`` and ``after`` tensors, then its geometry and ``strides``."""
+def _lookback_plan(kernel, a, planes: int, tensors, strides, **flags):
+    """A single-pass look-back kernel over (B, T, D) inputs like ``a``: (status words it takes,
+    its grid, its constexprs, its scalar arguments); a program per tile, a ticket word and
+    ``planes`` status words per (tile, column) (``common.status_words``), passed between its
+    tensors before and after them, then its geometry and ``strides``. ``tensors``: those it
+    reads and writes (for the offsets' width)."""
     B, T, D = a.shape
     block_t, block_d, warps = common.lookback_tiles(a.device)
     nd, n_tiles = cdiv(D, block_d), cdiv(T, block_t)
-    status = common.status_words(a.device, planes * n_tiles * B * D)
-    common.launch(
-        kernel, (n_tiles * B * nd,), *before, status, *after, T, D, B * nd, nd, B * D, *strides,
-        I64=needs_int64(*before, *after, status), BLOCK_T=block_t, BLOCK_D=block_d,
-        WINDOW=common.LOOKBACK["window"], PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps, **flags,
-    )
-
-
-def _summaries(a, b, h0, log, nc, chunk, tile, reverse, reset, gate):
-    """Each chunk's summary (B, nc, D) x 2 from one pass: (product of a, state from zero),
-    the log op's as (sum of log a, log state from zero); the main pass folds them."""
-    B, T, D = a.shape
-    block_t, block_d, warps, stages = tile
-    sum_a = a.new_empty((B, nc, D), dtype=torch.float32)
-    sum_h = torch.empty_like(sum_a)
-    grid = (B * nc, cdiv(D, block_d))
-    meta = dict(HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b), BLOCK_T=block_t, BLOCK_D=block_d,
-                STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
-    if log:
-        common.launch(_log_fwd_kernel, grid, a, b, h0, sum_a, sum_h, None, reset, T, D, nc, chunk, B * nc,
-                      *_strides3(a), *_strides3(b), *_h0_strides(h0), V0=int(h0 is None), **meta)
-    else:
-        common.launch(_fwd_kernel, grid, a, b, h0, None, None, sum_a, sum_h, reset, T, D, nc, chunk, B * nc,
-                      *_strides3(a), *_strides3(b), *_h0_strides(h0), HAS_H0=h0 is not None, WRITE_A=True,
-                      GATE=gate, **meta)
-    return sum_a, sum_h
+    words = planes * n_tiles * B * D
+    meta = dict(I64=needs_int64(*tensors) or 1 + words >= common.INT32_LIMIT, BLOCK_T=block_t, BLOCK_D=block_d,
+                WINDOW=common.LOOKBACK["window"], PREFIX_EVERY=common.LOOKBACK["prefix_every"], num_warps=warps,
+                **flags)
+    return words, (n_tiles * B * nd,), meta, (T, D, B * nd, nd, B * D, *strides)
 
 
 def _backward(a, b, h0, gh, ga, hout, aout, log: bool, reverse: bool = False, reset=None, gate: int = 0):
     """Input grads (da, db, dh0) of the elementwise recurrence from the saved outputs (the
     log op: of log_coeffs, log_values and log_h0, None in the slot-0 form); ``reverse`` as the
     forward ran. ``gate`` (a, b = a gate's first and last operands): (dp, None, dh0), dp
-    (B, T, n D) the grads of its n operands side by side."""
-    B, T, D = a.shape
+    (B, T, n D) the grads of its n operands side by side. Planned once per shape class."""
     gh = gh.contiguous()
     ga = ga.contiguous() if ga is not None else None
-    if gate:  # one gradient of the gate's operands, as the projection that gave them wants it
-        n = GATES[gate][1]
-        dp = a.new_empty((B, T, n * D))
-        da, db = dp[..., :D], dp[..., (n - 1) * D:]
-    else:
-        da = a.new_empty((B, T, D))
-        db = b.new_empty(b.shape)
-    dh0 = a.new_empty((B, D)) if h0 is not None else None
-    grads = lambda: (dp, None, dh0) if gate else (da, db, dh0)  # noqa: E731
-    if da.numel() == 0:
-        da.zero_(), db.zero_(), (dh0.zero_() if dh0 is not None else None)
-        return grads()
+    key = ("bwd", a.shape, a.stride(), a.dtype, a.device, align(a), b.shape, b.stride(), align(b),
+           None if h0 is None else h0.stride(), align(h0), align(gh), align(ga), hout.stride(), align(hout),
+           None if aout is None else aout.stride(), align(aout), align(reset), log, reverse, gate, common.plan_epoch())
+    run = common.planned(key, lambda: _plan_backward(a, b, h0, gh, ga, hout, aout, log, reverse, reset, gate))
+    return run(a, b, h0, gh, ga, hout, aout, reset)
+
+
+def _plan_backward(a, b, h0, gh, ga, hout, aout, log, reverse, reset, gate):
+    """``run(a, b, h0, gh, ga, hout, aout, reset) -> grads`` for inputs like these (``_backward``)."""
+    B, T, D = a.shape
+    n = GATES[gate][1] if gate else 1
+    has_h0 = h0 is not None  # (the plan's closures keep no tensor of the call that made it)
+
+    def outputs(a, b, like=None):
+        """(dp or None, da, db, dh0); ``like`` "meta": their layout only (for the geometry)."""
+        new = (lambda shape: torch.empty(shape, device="meta")) if like == "meta" else a.new_empty
+        if gate:  # one gradient of the gate's operands, as the projection that gave them wants it
+            dp = new((B, T, n * D))
+            return dp, dp[..., :D], dp[..., (n - 1) * D:], new((B, D)) if has_h0 else None
+        return None, new((B, T, D)), new(b.shape) if like == "meta" else b.new_empty(b.shape), \
+            new((B, D)) if has_h0 else None
+
+    def grads(dp, da, db, dh0):
+        return (dp, None, dh0) if gate else (da, db, dh0)
+
+    if B * T * D == 0:
+        def empty(a, b, h0, gh, ga, hout, aout, reset):
+            dp, da, db, dh0 = outputs(a, b)
+            da.zero_(), db.zero_(), (dh0.zero_() if dh0 is not None else None)
+            return grads(dp, da, db, dh0)
+        return empty
+    _, da, db, dh0 = outputs(a, b, "meta")
     block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", a, gh, ga, hout, aout, da, db, gate=gate)
+    strides = (*a.stride(), *b.stride(), *_h0_strides(h0))
+    flags = dict(REV=reverse, HAS_RESET=reset is not None)
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
-        _launch_lookback(_bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, b, h0, gh, ga, hout, aout),
-                         (da, db, dh0, reset), (*_strides3(a), *_strides3(b), *_h0_strides(h0)),
-                         HAS_H0=h0 is not None, HAS_GA=ga is not None, REV=reverse, HAS_RESET=reset is not None,
-                         GATE=gate)
-        return grads()
-    B_nc = B * nc
-    grid = (B_nc, cdiv(D, block_d))
-    consts = dict(I64=needs_int64(a, b, gh, hout, da, db), BLOCK_T=block_t, BLOCK_D=block_d,
-                  STAGES=stages, REV=reverse, HAS_RESET=reset is not None, num_warps=warps)
+        words, grid, meta, scalars = _lookback_plan(
+            _bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, b, h0, gh, ga, hout, aout, da, db, dh0, reset),
+            strides, HAS_H0=h0 is not None, HAS_GA=ga is not None, GATE=gate, **flags)
+        lookback = common.Slot(_bwd_lookback_kernel, grid, **meta)
+
+        def run(a, b, h0, gh, ga, hout, aout, reset):
+            dp, da, db, dh0 = outputs(a, b)
+            lookback(a, b, h0, gh, ga, hout, aout, common.status_words(a.device, words), da, db, dh0, reset, *scalars)
+            return grads(dp, da, db, dh0)
+        return run
+    flags.update(I64=needs_int64(a, b, gh, hout, da, db), BLOCK_T=block_t, BLOCK_D=block_d, STAGES=stages,
+                 num_warps=warps)
     if log:
-        kernel, before, after = _log_bwd_kernel, (a, b, h0, gh, hout), (da, db, dh0)
-        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))
-        consts.update(V0=int(h0 is None))
+        kernel = _log_bwd_kernel
+        flags.update(V0=int(h0 is None))
     else:
-        kernel, before, after = _bwd_kernel, (a, b, h0, gh, ga, hout, aout), (da, db, dh0)
-        args = (T, D, nc, chunk, B_nc, *_strides3(a), *_strides3(b), *_h0_strides(h0))
-        consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, GATE=gate)
-    sum_p, sums = None, ((None,) if log else (None, None))
-    if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
-        sum_p = a.new_empty((B, nc, D), dtype=torch.float32)
-        sums = (torch.empty_like(sum_p),) if log else (torch.empty_like(sum_p),
-                                                        torch.empty_like(sum_p) if ga is not None else None)
-        common.launch(kernel, grid, *before, *sums, *((None,) * len(after)), sum_p, reset, *args,
-                      HAS_CARRY=False, SUMMARY=True, **consts)
-    common.launch(kernel, grid, *before, *sums, *after, sum_p, reset, *args, HAS_CARRY=nc > 1, SUMMARY=False,
-                  **consts)
-    return grads()
+        kernel = _bwd_kernel
+        flags.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, GATE=gate)
+    grid = (B * nc, cdiv(D, block_d))
+    scalars = (T, D, nc, chunk, B * nc, *strides)
+    summary = common.Slot(kernel, grid, HAS_CARRY=False, SUMMARY=True, **flags) if nc > 1 else None
+    main = common.Slot(kernel, grid, HAS_CARRY=nc > 1, SUMMARY=False, **flags)
+
+    def run(a, b, h0, gh, ga, hout, aout, reset):
+        dp, da, db, dh0 = outputs(a, b)
+        before = (a, b, h0, gh, hout) if log else (a, b, h0, gh, ga, hout, aout)
+        sum_p, sums = None, ((None,) if log else (None, None))
+        if summary is not None:  # each chunk's summary, which the main pass folds into its carry-in
+            sum_p = a.new_empty((B, nc, D), dtype=torch.float32)
+            sums = (torch.empty_like(sum_p),) if log else (torch.empty_like(sum_p),
+                                                            torch.empty_like(sum_p) if ga is not None else None)
+            summary(*before, *sums, None, None, None, sum_p, reset, *scalars)
+        main(*before, *sums, da, db, dh0, sum_p, reset, *scalars)
+        return grads(dp, da, db, dh0)
+    return run
 
 
 linear_scan = common.prefix_scan_op(
