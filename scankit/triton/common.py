@@ -345,7 +345,8 @@ def plan_epoch() -> tuple:
     grid limit, the current device and the GPU probes (tests and the CPU compile harness swap
     them)."""
     return (Knobs.version, FP_FUSION, knobs.runtime.debug, knobs.compilation.instrumentation_mode, GRID_Y,
-            on_gpu, _sm_count, torch.cuda.current_device() if torch.cuda.is_available() else -1)
+            on_gpu, _sm_count,  # (a CUDA tensor has initialised CUDA; is_available() would query the driver)
+            torch.cuda.current_device() if torch.cuda.is_initialized() else -1)
 
 
 def planned(key, make):
