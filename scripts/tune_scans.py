@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining lanes] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -180,6 +180,33 @@ def pipelining_sweep(budget, log):
                     continue
                 log(dict(section="pipelining", stages=stages, op=op, dims=dims, direction=direction, us=us,
                          rel_err=err))
+
+
+def lanes_sweep(budget, log):
+    """The lane-block forward (affine.LANE_BLOCKS, where the tree has it) against the generic
+    kernels ("generic": lane blocks off), over programs per SM and the shortest chunk: k = 4 at
+    `large`'s width (v = 1, 4) and at B = 1, k = 8 (lanes allowed up to k = 8 here), fwd and
+    fwd+bwd, each checked against the generic kernels' outputs / grads."""
+    if not hasattr(affine, "LANE_BLOCKS"):
+        log(dict(section="lanes", skipped="this tree has no lane-block kernels"))
+        return
+    cells = [dict(B=32, T=4096, n=64, k=4, v=1), dict(B=1, T=65536, n=64, k=4, v=1),
+             dict(B=32, T=4096, n=64, k=4, v=4), dict(B=32, T=4096, n=32, k=8, v=1)]
+    points = [None] + [(per_sm, min_chunk) for per_sm in (4, 8, 16, 32) for min_chunk in (16, 64)]
+    reference = {}
+    with knobs(affine.LANE_BLOCKS):
+        for point in points:
+            if point is None:
+                affine.LANE_BLOCKS["max_k"] = 0  # every block on the generic kernels
+            else:
+                affine.LANE_BLOCKS.update(max_k=8, per_sm=point[0], min_chunk=point[1])
+            for dims, direction in itertools.product(cells, ("fwd", "fwdbwd")):
+                if time.time() - START > budget:
+                    return
+                us, err = _checked_us("matrix_affine_scan", dims, direction, reference,
+                                      (tuple(dims.items()), direction))
+                log(dict(section="lanes", kernel="generic" if point is None else "lanes", point=point, dims=dims,
+                         direction=direction, us=us, rel_err=err))
 
 
 def _moved(op, shape, direction):
@@ -524,7 +551,7 @@ def _gated_cells(budget, log, section, dims_list, paths, unfused):
 
 
 SECTIONS = dict(gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
-                elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep)
+                elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
 
 
 def main():

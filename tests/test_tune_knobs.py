@@ -23,9 +23,12 @@ def test_knobs_are_restored_after_an_early_exit():
 def test_an_exhausted_budget_leaves_the_knobs_as_they_were(monkeypatch):
     monkeypatch.setattr(tune_scans, "START", 0.0)  # the budget is long spent: every sweep returns at once
     before = dict(common.PROGRAMS_PER_SM), dict(common.ELEMENTWISE_STAGES), dict(affine.TUNING)
+    lanes = dict(affine.LANE_BLOCKS)
     tune_scans.affine_sweep(1.0, print)
     tune_scans.elementwise_sweep(1.0, print)
+    tune_scans.lanes_sweep(1.0, print)
     assert (common.PROGRAMS_PER_SM, common.ELEMENTWISE_STAGES, affine.TUNING) == before
+    assert affine.LANE_BLOCKS == lanes
 
 
 def test_the_gated_sweeps_walk_path_walks_and_is_undone(monkeypatch):

@@ -56,6 +56,15 @@ def _fold(sp_ptr, sb_ptr, sa_ptr, xa, xb, bi, first, step, count, NC, N, off_kk,
 
 
 @triton.jit
+def _step_ab(a_ptr, b_ptr, a_rel, b_rel, t, T, sa_t, sb_t, mask, REV: tl.constexpr):
+    """(A_t, b_t) of the forward's step t in fp32 (zeros where masked)."""
+    r = row(t, T, REV)
+    at = tl.load(a_ptr + r * sa_t + a_rel, mask=mask, other=0.0).to(tl.float32)
+    bt = tl.load(b_ptr + r * sb_t + b_rel, mask=mask, other=0.0).to(tl.float32)
+    return at, bt
+
+
+@triton.jit
 def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
     T, N, NC, CHUNK, NBC,
@@ -81,14 +90,18 @@ def _fwd_kernel(
             xa, xb = _fold(carry_a_ptr, carry_b_ptr, None, xa, xb, bi, 0, 1, ci, NC, N, off_kk, off_kv, nmask,
                            K, V, TRACK_A, False)
 
-    a_rel = _offsets(n, ki, kj, sa_n, sa_i, sa_j)
-    b_rel = _offsets(n, ki, vj, sb_n, sb_i, sb_j)
+    a_rel = bi * sa_b + _offsets(n, ki, kj, sa_n, sa_i, sa_j)
+    b_rel = bi * sb_b + _offsets(n, ki, vj, sb_n, sb_i, sb_j)
+    t0 = ci * CHUNK
+    # each step's (A_t, b_t) is loaded one step ahead (register prefetch): its memory latency
+    # overlaps the step before instead of stalling the state's dependent chain every step
+    at, bt = _step_ab(a_ptr, b_ptr, a_rel, b_rel, t0, T, sa_t, sb_t, when(t0 < T, nmask), REV)
     for j in range(0, CHUNK):
-        t = ci * CHUNK + j
+        t = t0 + j
         m = when(t < T, nmask)
         r = row(t, T, REV)
-        at = tl.load(a_ptr + bi * sa_b + r * sa_t + a_rel, mask=m, other=0.0).to(tl.float32)
-        bt = tl.load(b_ptr + bi * sb_b + r * sb_t + b_rel, mask=m, other=0.0).to(tl.float32)
+        at_next, bt_next = _step_ab(a_ptr, b_ptr, a_rel, b_rel, t + 1, T, sa_t, sb_t,
+                                    when((t + 1 < T) & (j + 1 < CHUNK), nmask), REV)
         # rows past T keep the state: A = 0 there, so blend instead of multiplying
         xb = tl.where(m, _mm(at, xb) + bt, xb)
         if TRACK_A:
@@ -98,10 +111,211 @@ def _fwd_kernel(
             tl.store(out_b_ptr + at_row * K * V + off_kv, xb.to(out_b_ptr.dtype.element_ty), mask=m)
             if TRACK_A:
                 tl.store(out_a_ptr + at_row * K * K + off_kk, xa.to(out_a_ptr.dtype.element_ty), mask=m)
+        at, bt = at_next, bt_next
     if SUMMARY:
         side = (bi * NC + ci) * N
         tl.store(out_a_ptr + side * K * K + off_kk, xa, mask=nmask)
         tl.store(out_b_ptr + side * K * V + off_kv, xb, mask=nmask)
+
+
+# Lane blocks (k x k, 3 <= k <= LANE_BLOCKS["max_k"]): one lane per block, the block and its
+# state held as tuples of lane vectors (element (i, j) at index i * cols + j), so a step is k^2
+# (or, tracking the running product, k^3) fused multiply-adds in one thread: no shuffles, no
+# barriers, no layout conversions on the state's dependent chain (the generic kernels spread a
+# block over 64 threads and reduce across them every step).
+
+
+@triton.jit
+def _ldk(p, s_i, s_j, mask, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """A (ROWS x COLS) block per lane, element (i, j) at p + i s_i + j s_j, as a tuple of fp32
+    lane vectors (zeros where masked)."""
+    x = ()
+    for e in tl.static_range(ROWS * COLS):
+        x = x + (tl.load(p + (e // COLS) * s_i + (e % COLS) * s_j, mask=mask, other=0.0).to(tl.float32),)
+    return x
+
+
+@triton.jit
+def _stk(p, x, mask, SIZE: tl.constexpr):
+    """Store a lane-block tuple row-major contiguous (SIZE elements a lane, from p), in p's dtype."""
+    for e in tl.static_range(SIZE):
+        tl.store(p + e, x[e].to(p.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _prodk(a, x, R: tl.constexpr, M: tl.constexpr, C: tl.constexpr, A_R: tl.constexpr, A_M: tl.constexpr,
+           X_M: tl.constexpr, X_C: tl.constexpr):
+    """Per lane, the (R x C) product sum_m a[r A_R + m A_M] x[m X_M + c X_C] of two tuples (the
+    strides pick a block or its transpose), row-major."""
+    z = ()
+    for e in tl.static_range(R * C):
+        acc = a[(e // C) * A_R] * x[(e % C) * X_C]
+        for m in tl.static_range(1, M):
+            acc += a[(e // C) * A_R + m * A_M] * x[m * X_M + (e % C) * X_C]
+        z = z + (acc,)
+    return z
+
+
+@triton.jit
+def _mmk(a, x, K: tl.constexpr, COLS: tl.constexpr):
+    """a @ x per lane: a (K x K), x (K x COLS), both tuples."""
+    return _prodk(a, x, K, K, COLS, K, 1, COLS, 1)
+
+
+@triton.jit
+def _mmtk(a, x, K: tl.constexpr, COLS: tl.constexpr):
+    """a^T @ x per lane: a (K x K), x (K x COLS), both tuples."""
+    return _prodk(a, x, K, K, COLS, 1, K, COLS, 1)
+
+
+@triton.jit
+def _mm_tk(x, y, K: tl.constexpr, COLS: tl.constexpr):
+    """x @ y^T per lane: x, y (K x COLS) tuples -> (K x K)."""
+    return _prodk(x, y, K, COLS, K, COLS, 1, 1, COLS)
+
+
+@triton.jit
+def _blendk(mask, x, y, SIZE: tl.constexpr):
+    """x where ``mask``, else y (tuples)."""
+    z = ()
+    for e in tl.static_range(SIZE):
+        z = z + (tl.where(mask, x[e], y[e]),)
+    return z
+
+
+@triton.jit
+def _addk(x, y, SIZE: tl.constexpr):
+    z = ()
+    for e in tl.static_range(SIZE):
+        z = z + (x[e] + y[e],)
+    return z
+
+
+@triton.jit
+def _eyek(like, K: tl.constexpr):
+    """The identity block per lane (a tuple), lane vectors shaped as ``like``."""
+    x = ()
+    for e in tl.static_range(K * K):
+        x = x + (tl.full(like.shape, 1.0 if e // K == e % K else 0.0, tl.float32),)
+    return x
+
+
+@triton.jit
+def _fwdk_kernel(
+    a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
+    T, N, NC, CHUNK, NBC,
+    sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sb_j, sh_b, sh_n, sh_i, sh_j,
+    K: tl.constexpr, V: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
+):
+    """``_fwd_kernel`` with lane blocks: one lane per k x k block, walked step by step, its
+    running product and state in registers as tuples. Same passes, summaries and carries."""
+    bi, ci, ni = program(NBC, NC, I64, FOLD)
+    n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = n < N
+    zero = tl.zeros((BLOCK_N,), tl.float32)
+    pa = _eyek(zero, K)
+    xb = ()
+    for e in tl.static_range(K * V):
+        xb = xb + (zero,)
+    if not SUMMARY:
+        if HAS_H0:
+            xb = _ldk(h0_ptr + bi * sh_b + n * sh_n, sh_i, sh_j, nmask, K, V)
+        if HAS_CARRY:  # the summaries of the chunks before this one: (product, state from zero)
+            for f in range(0, ci):
+                slot = (bi * NC + f) * N + n
+                sp = _ldk(carry_a_ptr + slot * K * K, K, 1, nmask, K, K)
+                xb = _addk(_mmk(sp, xb, K, V), _ldk(carry_b_ptr + slot * K * V, V, 1, nmask, K, V), K * V)
+                if TRACK_A:
+                    pa = _mmk(sp, pa, K, K)
+    a_lanes = a_ptr + bi * sa_b + n * sa_n
+    b_lanes = b_ptr + bi * sb_b + n * sb_n
+    for j in range(0, CHUNK):
+        t = ci * CHUNK + j
+        m = when(t < T, nmask)  # steps past T keep the carried values
+        r = row(t, T, REV)
+        at = _ldk(a_lanes + r * sa_t, sa_i, sa_j, m, K, K)
+        bt = _ldk(b_lanes + r * sb_t, sb_i, sb_j, m, K, V)
+        xb = _blendk(m, _addk(_mmk(at, xb, K, V), bt, K * V), xb, K * V)
+        if TRACK_A:
+            pa = _blendk(m, _mmk(at, pa, K, K), pa, K * K)
+        if not SUMMARY:
+            at_row = (bi * T + r) * N + n
+            _stk(out_b_ptr + at_row * K * V, xb, m, K * V)
+            if TRACK_A:
+                _stk(out_a_ptr + at_row * K * K, pa, m, K * K)
+    if SUMMARY:
+        side = (bi * NC + ci) * N + n
+        _stk(out_a_ptr + side * K * K, pa, nmask, K * K)
+        _stk(out_b_ptr + side * K * V, xb, nmask, K * V)
+
+
+@triton.jit
+def _bwdk_kernel(
+    a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
+    da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
+    T, N, NC, CHUNK, NBC,
+    sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
+    K: tl.constexpr, V: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
+    I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
+):
+    """``_bwd_kernel`` with lane blocks (as ``_fwdk_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t
+    (and the running product's G^A the same way), dA_t = G^_t h_{t-1}^T (+ G^A_t Abar_{t-1}^T),
+    dB_t = G^_t; t descending, the chunks after this one folded in from their summaries."""
+    bi, ci, ni = program(NBC, NC, I64, FOLD)
+    n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = n < N
+    side = (bi * NC + ci) * N + n
+    zero = tl.zeros((BLOCK_N,), tl.float32)
+    eye = _eyek(zero, K)
+    g = ()
+    for e in tl.static_range(K * V):
+        g = g + (zero,)
+    q = ()  # G^A
+    for e in tl.static_range(K * K):
+        q = q + (zero,)
+    prod = eye  # the product of the A^T (summary)
+    if HAS_CARRY:  # the chunks after this one, last first: (product of A^T, G^ and G^A from zero)
+        for f in range(0, NC - 1 - ci):
+            slot = (bi * NC + NC - 1 - f) * N + n
+            sp = _ldk(sum_p_ptr + slot * K * K, K, 1, nmask, K, K)
+            g = _addk(_mmk(sp, g, K, V), _ldk(carry_b_ptr + slot * K * V, V, 1, nmask, K, V), K * V)
+            if HAS_GA:
+                q = _addk(_mmk(sp, q, K, K), _ldk(carry_a_ptr + slot * K * K, K, 1, nmask, K, K), K * K)
+    a_lanes = a_ptr + bi * sa_b + n * sa_n
+    for j in range(0, CHUNK):
+        t = ci * CHUNK + CHUNK - 1 - j  # descending time
+        m = when(t < T, nmask)
+        an = _ldk(a_lanes + row(t + 1, T, REV) * sa_t, sa_i, sa_j, when(t + 1 < T, m), K, K)  # A_{t+1}
+        at_row = (bi * T + row(t, T, REV)) * N + n
+        before = (bi * T + row(t - 1, T, REV)) * N + n  # the previous step's outputs
+        g = _blendk(m, _addk(_mmtk(an, g, K, V), _ldk(gb_ptr + at_row * K * V, V, 1, m, K, V), K * V), g, K * V)
+        if HAS_GA:
+            q = _blendk(m, _addk(_mmtk(an, q, K, K), _ldk(ga_ptr + at_row * K * K, K, 1, m, K, K), K * K), q, K * K)
+        if SUMMARY:
+            prod = _blendk(m, _mmtk(an, prod, K, K), prod, K * K)
+        else:
+            prev = when(t > 0, m)
+            hp = _ldk(outb_ptr + before * K * V, V, 1, prev, K, V)
+            if HAS_H0:
+                hp = _addk(hp, _ldk(h0_ptr + bi * sh_b + n * sh_n, sh_i, sh_j, when(t == 0, m), K, V), K * V)
+            da = _mm_tk(g, hp, K, V)
+            if HAS_GA:  # + G^A Abar_{t-1}^T, Abar_{-1} = I
+                ap = _blendk(t == 0, eye, _ldk(outa_ptr + before * K * K, K, 1, prev, K, K), K * K)
+                da = _addk(da, _mm_tk(q, ap, K, K), K * K)
+            _stk(da_ptr + at_row * K * K, da, m, K * K)
+            _stk(db_ptr + at_row * K * V, g, m, K * V)
+    if SUMMARY:
+        _stk(sum_p_ptr + side * K * K, prod, nmask, K * K)
+        _stk(carry_b_ptr + side * K * V, g, nmask, K * V)
+        if HAS_GA:
+            _stk(carry_a_ptr + side * K * K, q, nmask, K * K)
+    elif HAS_H0:
+        if ci == 0:  # dL/dh_0 = A_0^T G^_0
+            a0 = _ldk(a_lanes + row(0, T, REV) * sa_t, sa_i, sa_j, nmask, K, K)
+            _stk(dh0_ptr + (bi * N + n) * K * V, _mmtk(a0, g, K, V), nmask, K * V)
 
 
 @triton.jit
@@ -246,6 +460,29 @@ def _fwd2_kernel(
 
 
 @triton.jit
+def _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv, bi, t, T, N, sa_t, m,
+                    K: tl.constexpr, V: tl.constexpr, HAS_GA: tl.constexpr, SUMMARY: tl.constexpr,
+                    REV: tl.constexpr):
+    """The backward's loads for step t (fp32, zeros where masked): A_{t+1}^T, the output grads
+    g_t (and g^A_t with HAS_GA), and, outside the summary pass, the outputs of step t - 1 (h_{t-1},
+    Abar_{t-1}); the ones a variant does not use are zeros."""
+    c = tl.load(a_ptr + row(t + 1, T, REV) * sa_t + a_rel_t, mask=when(t + 1 < T, m), other=0.0).to(tl.float32)
+    at_row = (bi * T + row(t, T, REV)) * N
+    before = (bi * T + row(t - 1, T, REV)) * N  # the previous step's outputs
+    u = tl.load(gb_ptr + at_row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
+    ua = tl.zeros(c.shape, tl.float32)
+    prev_b = tl.zeros(u.shape, tl.float32)
+    prev_a = tl.zeros(c.shape, tl.float32)
+    if HAS_GA:
+        ua = tl.load(ga_ptr + at_row * K * K + off_kk, mask=m, other=0.0).to(tl.float32)
+    if not SUMMARY:
+        prev_b = tl.load(outb_ptr + before * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
+        if HAS_GA:
+            prev_a = tl.load(outa_ptr + before * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
+    return c, u, ua, prev_b, prev_a
+
+
+@triton.jit
 def _bwd_kernel(
     a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
@@ -272,33 +509,34 @@ def _bwd_kernel(
         ga, gb = _fold(sum_p_ptr, carry_b_ptr, carry_a_ptr, ga, gb, bi, NC - 1, -1, NC - 1 - ci, NC, N, off_kk,
                        off_kv, nmask, K, V, HAS_GA, True)
 
-    a_rel_t = _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
+    a_rel_t = bi * sa_b + _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
+    t_hi = ci * CHUNK + CHUNK - 1
+    # each step's loads are made one step ahead (register prefetch), as in the forward
+    c, u, ua, prev_b, prev_a = _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv,
+                                               bi, t_hi, T, N, sa_t, when(t_hi < T, nmask), K, V, HAS_GA,
+                                               SUMMARY, REV)
     for j in range(0, CHUNK):
-        t = ci * CHUNK + CHUNK - 1 - j  # descending time
+        t = t_hi - j  # descending time
         m = when(t < T, nmask)
-        c = tl.load(a_ptr + bi * sa_b + row(t + 1, T, REV) * sa_t + a_rel_t, mask=when(t + 1 < T, m),
-                    other=0.0).to(tl.float32)
+        nxt = _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv, bi, t - 1, T, N,
+                              sa_t, when((t - 1 < T) & (j + 1 < CHUNK), nmask), K, V, HAS_GA, SUMMARY, REV)
         at_row = (bi * T + row(t, T, REV)) * N
-        before = (bi * T + row(t - 1, T, REV)) * N  # the previous step's outputs
-        u = tl.load(gb_ptr + at_row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
         gb = tl.where(m, _mm(c, gb) + u, gb)
         if HAS_GA:
-            ua = tl.load(ga_ptr + at_row * K * K + off_kk, mask=m, other=0.0).to(tl.float32)
             ga = tl.where(m, _mm(c, ga) + ua, ga)
         if SUMMARY:
             prod = tl.where(m, _mm(c, prod), prod)
         else:
             first = t == 0
-            prev_b = tl.load(outb_ptr + before * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
             if HAS_H0:
                 h0 = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=when(first, m), other=0.0)
                 prev_b += h0.to(tl.float32)
             da = _mm_t(gb, prev_b)
             if HAS_GA:
-                prev_a = tl.load(outa_ptr + before * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
                 da += _mm_t(ga, tl.where(first, eye, prev_a))
             tl.store(da_ptr + at_row * K * K + off_kk, da.to(da_ptr.dtype.element_ty), mask=m)
             tl.store(db_ptr + at_row * K * V + off_kv, gb.to(db_ptr.dtype.element_ty), mask=m)
+        c, u, ua, prev_b, prev_a = nxt
     if SUMMARY:
         tl.store(sum_p_ptr + side * K * K + off_kk, prod, mask=nmask)
         tl.store(carry_b_ptr + side * K * V + off_kv, gb, mask=nmask)
@@ -306,7 +544,7 @@ def _bwd_kernel(
             tl.store(carry_a_ptr + side * K * K + off_kk, ga, mask=nmask)
     elif HAS_H0:
         if ci == 0:  # dL/dh_0 = A_1^T G^_1
-            a0t = tl.load(a_ptr + bi * sa_b + row(0, T, REV) * sa_t + a_rel_t, mask=nmask, other=0.0).to(tl.float32)
+            a0t = tl.load(a_ptr + row(0, T, REV) * sa_t + a_rel_t, mask=nmask, other=0.0).to(tl.float32)
             tl.store(dh0_ptr + bi * N * K * V + off_kv, _mm(a0t, gb).to(dh0_ptr.dtype.element_ty), mask=nmask)
 
 
@@ -451,6 +689,37 @@ def _geometry_2x2(A):
     return (bn, *_split(T, nc))
 
 
+# Lane blocks (``_fwdk_kernel``, ``_bwdk_kernel``): the k x k scans (3 <= k <= "max_k") where a
+# lane's values fit in registers ("max_values": k^2 of the step's block, k^2 of the running product,
+# which the summary pass of a chunked T tracks in any case, k v of the state and of the input);
+# lanes per program, warps, programs per SM aimed at when chunking T and the shortest chunk, as the
+# 2x2 kernels'. Fewer, longer chunks than theirs: a main-pass program folds every summary before
+# its chunk, a k x k product each (a step's worth). "max_k" from one H200 A/B against the generic
+# kernels (session 24, NOTES.md): k = 4 fwd 0.92x, fwd+bwd 0.70x the time; k = 8 1.15x fwd and 2.1x
+# states-only: a lane's 64 scalar loads a step, 256 B from the next lane's, cost more than the
+# generic kernels' reductions.
+LANE_BLOCKS = {"max_k": 4, "max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 8, "min_chunk": 32}
+
+
+def _lane_blocks(A, V: int, has_ga: bool = False, backward: bool = False) -> bool:
+    """Whether this k x k scan's forward, or its backward (``has_ga``: the running product's
+    grad too), runs in lane blocks: the values a lane holds at once, counted as k^2 a block or
+    product and k v a state, its input or grad, within LANE_BLOCKS["max_values"]."""
+    K = A.shape[3]
+    held = (K * K * (3 if has_ga else 2) + 3 * K * V) if backward else 2 * K * K + 2 * K * V
+    return 3 <= K <= LANE_BLOCKS["max_k"] and held <= LANE_BLOCKS["max_values"]
+
+
+def _geometry_lanes(A):
+    """(lanes per program, chunks, chunk length) of the lane-block forward."""
+    B, T, N = A.shape[:3]
+    gpu = on_gpu(A.device)
+    bn = LANE_BLOCKS["block_n"] if gpu else 16
+    nc = num_chunks(B * cdiv(N, bn), T, LANE_BLOCKS["min_chunk"] if gpu else 4, A.device, family="affine",
+                    per_sm=LANE_BLOCKS["per_sm"])
+    return (bn, *_split(T, nc))
+
+
 def _knobs_2x2(device) -> dict:
     """Launch options of the 2x2 kernels (Triton's defaults in the interpreter)."""
     gpu = on_gpu(device)
@@ -474,16 +743,20 @@ def _contiguous_blocks(*tensors) -> bool:
     return True
 
 
-def _launch(two, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary, reverse):
-    """One pass of the forward kernel (generic, or the 2x2 one) over (B x chunks x block tiles)."""
+def _launch(kind, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary, reverse):
+    """One pass of the forward kernel ("generic", "2x2" or "lanes") over (B x chunks x block tiles)."""
     B, T, N, K, _ = A.shape
     grid = (B * nc, cdiv(N, bn))
     flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary,
                  I64=needs_int64(A, Bm, out_a, out_b), REV=reverse)
-    if two:
+    if kind == "2x2":
         common.launch(_fwd2_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
                       *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3], BLOCK_N=bn, VEC=_contiguous_blocks(A, Bm),
                       **_knobs_2x2(A.device), **flags)
+    elif kind == "lanes":
+        common.launch(_fwdk_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
+                      *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BLOCK_N=bn,
+                      num_warps=LANE_BLOCKS["num_warps"] if on_gpu(A.device) else 1, **flags)
     else:
         common.launch(_fwd_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
                       *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
@@ -498,17 +771,18 @@ def _forward(A, Bm, h0, track_a: bool, reverse: bool = False):
     out_a = A.new_empty((B, T, N, K, K)) if track_a else out_b
     if out_b.numel() == 0:
         return (out_a if track_a else None), out_b
-    two = _two_by_two(A, V)
-    if two:
-        bn, nc, chunk = _geometry_2x2(A)
+    if _two_by_two(A, V):
+        kind, (bn, nc, chunk) = "2x2", _geometry_2x2(A)
+    elif _lane_blocks(A, V):
+        kind, (bn, nc, chunk) = "lanes", _geometry_lanes(A)
     else:
-        bn, nc, chunk = _geometry(A, V)
+        kind, (bn, nc, chunk) = "generic", _geometry(A, V)
     sum_a = sum_b = None
     if nc > 1:  # each chunk's (product, state from zero); the main pass folds them into its carry-in
         sum_a = A.new_empty((B, nc, N, K, K), dtype=torch.float32)
         sum_b = A.new_empty((B, nc, N, K, V), dtype=torch.float32)
-        _launch(two, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True, reverse)
-    _launch(two, A, Bm, h0, sum_a, sum_b, out_a, out_b, bn, nc, chunk, track_a, False, reverse)
+        _launch(kind, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True, reverse)
+    _launch(kind, A, Bm, h0, sum_a, sum_b, out_a, out_b, bn, nc, chunk, track_a, False, reverse)
     return (out_a if track_a else None), out_b
 
 
@@ -524,11 +798,15 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     if dB.numel() == 0:
         return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
     two = _two_by_two(A, V)
-    bn, nc, chunk = _geometry_2x2(A) if two else _geometry(A, V)
+    lanes = not two and _lane_blocks(A, V, ga is not None, backward=True)
+    bn, nc, chunk = _geometry_2x2(A) if two else _geometry_lanes(A) if lanes else _geometry(A, V)
     grid = (B * nc, cdiv(N, bn))
     if two:
         kernel = _bwd2_kernel
         consts = dict(BLOCK_N=bn, VEC=_contiguous_blocks(A), **_knobs_2x2(A.device))
+    elif lanes:
+        kernel = _bwdk_kernel
+        consts = dict(K=K, V=V, BLOCK_N=bn, num_warps=LANE_BLOCKS["num_warps"] if on_gpu(A.device) else 1)
     else:
         kernel = _bwd_kernel
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
