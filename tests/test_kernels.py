@@ -320,34 +320,36 @@ def test_two_by_two_state_only_with_h0_and_strided_inputs(with_h0, seed, two_by_
 
 
 @pytest.mark.parametrize("T", [1, 13, 40])
-@pytest.mark.parametrize("k,v,max_k", [(4, 1, None), (4, 2, None), (4, 16, None), (8, 1, 8), (8, 2, 8)])
-def test_lane_blocks(k, v, max_k, T, seed, launches, monkeypatch):
-    """k x k scans whose lane values fit (``affine.LANE_BLOCKS``) run in lane blocks, T chunked
-    into several summaries at T = 40 (the interpreter's geometry): the forward always here, the
-    backward where it fits too (k = 4, v = 16 and k = 8 with the running product's grad do not:
-    generic). k = 8 runs in lanes only with "max_k" raised (production keeps it generic: slower)."""
+@pytest.mark.parametrize("k,v", [(4, 1), (4, 2), (4, 16), (8, 1), (8, 2)])
+def test_lane_blocks(k, v, T, seed, launches, monkeypatch):
+    """k x k backwards whose lane values fit (``affine.LANE_BLOCKS``) run in lane blocks, T chunked
+    into several summaries at T = 40 (the interpreter's geometry); k = 4, v = 16 and k = 8 with
+    the running product's grad do not fit (generic). k = 8 runs in lanes only with "max_k"
+    raised (production keeps it generic: slower). Every forward runs in the generic kernels."""
     from scankit.triton import affine
 
-    if max_k is not None:
-        monkeypatch.setitem(affine.LANE_BLOCKS, "max_k", max_k)
+    monkeypatch.setitem(affine.LANE_BLOCKS, "max_k", max(k, affine.LANE_BLOCKS["max_k"]))
     xs = OPS["matrix_affine_scan"].inputs(dict(B=2, n=3, k=k, v=v, T=T), device=DEVICE, seed=seed)
     check("matrix_affine_scan", xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
-    backward = "_bwdk_kernel" if affine._lane_blocks(xs[0], v, True, backward=True) else "_bwd_kernel"
-    assert {"_fwdk_kernel", backward} <= set(launches) and "_fwd_kernel" not in launches, launches
+    backward = "_bwdk_kernel" if affine._lane_blocks(xs[0], v, True) else "_bwd_kernel"
+    assert {"_fwd_kernel", backward} <= set(launches), launches
     assert (k, v) not in ((4, 1), (4, 2)) or backward == "_bwdk_kernel"
     launches.clear()
     check_states("matrix_affine_scan", xs, (2, 3, k, v), strided=True)
-    backward = "_bwdk_kernel" if affine._lane_blocks(xs[0], v, False, backward=True) else "_bwd_kernel"
-    assert {"_fwdk_kernel", backward} <= set(launches) and "_fwd_kernel" not in launches, launches
+    backward = "_bwdk_kernel" if affine._lane_blocks(xs[0], v, False) else "_bwd_kernel"
+    assert {"_fwd_kernel", backward} <= set(launches), launches
     assert (k, v) != (8, 1) or backward == "_bwdk_kernel"  # the states-only k = 8 (GivensMinGRU's blocks)
 
 
-@pytest.mark.parametrize("k,v", [(16, 1), (8, 16), (8, 1)])
-def test_blocks_too_big_for_lanes_stay_generic(k, v, seed, launches):
-    """Blocks past LANE_BLOCKS' "max_k" or "max_values" take the generic kernels."""
+@pytest.mark.parametrize("k,v", [(4, 1), (16, 1), (8, 16), (8, 1)])
+def test_lane_blocks_production_bounds(k, v, seed, launches):
+    """Production's choice (``affine.LANE_BLOCKS``): k = 4's backward in lane blocks; past "max_k"
+    or "max_values", the generic kernels; every forward generic. Against the oracle."""
     xs = OPS["matrix_affine_scan"].inputs(dict(B=1, n=2, k=k, v=v, T=13), device=DEVICE, seed=seed)
     check_states("matrix_affine_scan", xs, (1, 2, k, v))
-    assert {"_fwd_kernel", "_bwd_kernel"} <= set(launches) and not {"_fwdk_kernel", "_bwdk_kernel"} & set(launches)
+    backward = "_bwdk_kernel" if k == 4 else "_bwd_kernel"
+    assert {"_fwd_kernel", backward} <= set(launches), launches
+    assert {"_bwd_kernel", "_bwdk_kernel"} - {backward} & set(launches) == set(), launches
 
 
 def _relaid(x, layout):

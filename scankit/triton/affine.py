@@ -118,7 +118,7 @@ def _fwd_kernel(
         tl.store(out_b_ptr + side * K * V + off_kv, xb, mask=nmask)
 
 
-# Lane blocks (k x k, 3 <= k <= LANE_BLOCKS["max_k"]): one lane per block, the block and its
+# Lane blocks (the backward of k x k, 3 <= k <= LANE_BLOCKS["max_k"]): one lane per block, the block and its
 # state held as tuples of lane vectors (element (i, j) at index i * cols + j), so a step is k^2
 # (or, tracking the running product, k^3) fused multiply-adds in one thread: no shuffles, no
 # barriers, no layout conversions on the state's dependent chain (the generic kernels spread a
@@ -201,57 +201,6 @@ def _eyek(like, K: tl.constexpr):
 
 
 @triton.jit
-def _fwdk_kernel(
-    a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
-    T, N, NC, CHUNK, NBC,
-    sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sb_j, sh_b, sh_n, sh_i, sh_j,
-    K: tl.constexpr, V: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
-    I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
-):
-    """``_fwd_kernel`` with lane blocks: one lane per k x k block, walked step by step, its
-    running product and state in registers as tuples. Same passes, summaries and carries."""
-    bi, ci, ni = program(NBC, NC, I64, FOLD)
-    n = ni * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = n < N
-    zero = tl.zeros((BLOCK_N,), tl.float32)
-    pa = _eyek(zero, K)
-    xb = ()
-    for e in tl.static_range(K * V):
-        xb = xb + (zero,)
-    if not SUMMARY:
-        if HAS_H0:
-            xb = _ldk(h0_ptr + bi * sh_b + n * sh_n, sh_i, sh_j, nmask, K, V)
-        if HAS_CARRY:  # the summaries of the chunks before this one: (product, state from zero)
-            for f in range(0, ci):
-                slot = (bi * NC + f) * N + n
-                sp = _ldk(carry_a_ptr + slot * K * K, K, 1, nmask, K, K)
-                xb = _addk(_mmk(sp, xb, K, V), _ldk(carry_b_ptr + slot * K * V, V, 1, nmask, K, V), K * V)
-                if TRACK_A:
-                    pa = _mmk(sp, pa, K, K)
-    a_lanes = a_ptr + bi * sa_b + n * sa_n
-    b_lanes = b_ptr + bi * sb_b + n * sb_n
-    for j in range(0, CHUNK):
-        t = ci * CHUNK + j
-        m = when(t < T, nmask)  # steps past T keep the carried values
-        r = row(t, T, REV)
-        at = _ldk(a_lanes + r * sa_t, sa_i, sa_j, m, K, K)
-        bt = _ldk(b_lanes + r * sb_t, sb_i, sb_j, m, K, V)
-        xb = _blendk(m, _addk(_mmk(at, xb, K, V), bt, K * V), xb, K * V)
-        if TRACK_A:
-            pa = _blendk(m, _mmk(at, pa, K, K), pa, K * K)
-        if not SUMMARY:
-            at_row = (bi * T + r) * N + n
-            _stk(out_b_ptr + at_row * K * V, xb, m, K * V)
-            if TRACK_A:
-                _stk(out_a_ptr + at_row * K * K, pa, m, K * K)
-    if SUMMARY:
-        side = (bi * NC + ci) * N + n
-        _stk(out_a_ptr + side * K * K, pa, nmask, K * K)
-        _stk(out_b_ptr + side * K * V, xb, nmask, K * V)
-
-
-@triton.jit
 def _bwdk_kernel(
     a_ptr, h0_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, carry_b_ptr, carry_a_ptr,
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
@@ -261,7 +210,8 @@ def _bwdk_kernel(
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
 ):
-    """``_bwd_kernel`` with lane blocks (as ``_fwdk_kernel``): G^_t = A_{t+1}^T G^_{t+1} + g_t
+    """``_bwd_kernel`` with lane blocks (one lane per k x k block, walked step by step, its
+    state and grads in registers as tuples): G^_t = A_{t+1}^T G^_{t+1} + g_t
     (and the running product's G^A the same way), dA_t = G^_t h_{t-1}^T (+ G^A_t Abar_{t-1}^T),
     dB_t = G^_t; t descending, the chunks after this one folded in from their summaries."""
     bi, ci, ni = program(NBC, NC, I64, FOLD)
@@ -689,29 +639,31 @@ def _geometry_2x2(A):
     return (bn, *_split(T, nc))
 
 
-# Lane blocks (``_fwdk_kernel``, ``_bwdk_kernel``): the k x k scans (3 <= k <= "max_k") where a
-# lane's values fit in registers ("max_values": k^2 of the step's block, k^2 of the running product,
-# which the summary pass of a chunked T tracks in any case, k v of the state and of the input);
-# lanes per program, warps, programs per SM aimed at when chunking T and the shortest chunk, as the
-# 2x2 kernels'. Fewer, longer chunks than theirs: a main-pass program folds every summary before
-# its chunk, a k x k product each (a step's worth). "max_k" from one H200 A/B against the generic
-# kernels (session 24, NOTES.md): k = 4 fwd 0.92x, fwd+bwd 0.70x the time; k = 8 1.15x fwd and 2.1x
-# states-only: a lane's 64 scalar loads a step, 256 B from the next lane's, cost more than the
-# generic kernels' reductions.
-LANE_BLOCKS = {"max_k": 4, "max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 8, "min_chunk": 32}
+# Lane blocks (``_bwdk_kernel``): the backward of the k x k scans (3 <= k <= "max_k") where a
+# lane's values fit in registers ("max_values": k^2 of the step's block, of the running product's
+# grad where there is one and of the chunk's product, 3 k v of grads and states); lanes per
+# program, warps, programs per SM aimed at when chunking T and the shortest chunk, as the 2x2
+# kernels'. Fewer, longer chunks than theirs: a main-pass program folds every summary before its
+# chunk, a k x k product each (a step's worth). From A/Bs against the generic kernels (NOTES.md):
+# k = 8 lanes were 1.15x the forward's time and 2.1x states-only fwd+bwd (session 24, H200: a
+# lane's 64 scalar loads a step, 256 B from the next lane's, cost more than the generic kernels'
+# reductions); k = 4 against the one-warp generic kernels with prefetch (session 26, H100,
+# (32, 4096, 64, 4)): a lane-block forward took 1.23x the forward's time (so no forward runs in
+# lanes; it was removed), the lane-block backward 0.68x fwd+bwd's.
+LANE_BLOCKS = Knobs({"max_k": 4, "max_values": 160, "block_n": 32, "num_warps": 1, "per_sm": 8, "min_chunk": 32})
 
 
-def _lane_blocks(A, V: int, has_ga: bool = False, backward: bool = False) -> bool:
-    """Whether this k x k scan's forward, or its backward (``has_ga``: the running product's
-    grad too), runs in lane blocks: the values a lane holds at once, counted as k^2 a block or
-    product and k v a state, its input or grad, within LANE_BLOCKS["max_values"]."""
+def _lane_blocks(A, V: int, has_ga: bool) -> bool:
+    """Whether this k x k scan's backward (``has_ga``: the running product's grad too) runs in
+    lane blocks: the values a lane holds at once, counted as k^2 a block or product and k v a
+    state, its input or grad, within LANE_BLOCKS["max_values"]."""
     K = A.shape[3]
-    held = (K * K * (3 if has_ga else 2) + 3 * K * V) if backward else 2 * K * K + 2 * K * V
+    held = K * K * (3 if has_ga else 2) + 3 * K * V
     return 3 <= K <= LANE_BLOCKS["max_k"] and held <= LANE_BLOCKS["max_values"]
 
 
 def _geometry_lanes(A):
-    """(lanes per program, chunks, chunk length) of the lane-block forward."""
+    """(lanes per program, chunks, chunk length) of the lane-block backward."""
     B, T, N = A.shape[:3]
     gpu = on_gpu(A.device)
     bn = LANE_BLOCKS["block_n"] if gpu else 16
@@ -744,7 +696,7 @@ def _contiguous_blocks(*tensors) -> bool:
 
 
 def _launch(kind, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary, reverse):
-    """One pass of the forward kernel ("generic", "2x2" or "lanes") over (B x chunks x block tiles)."""
+    """One pass of the forward kernel ("generic" or "2x2") over (B x chunks x block tiles)."""
     B, T, N, K, _ = A.shape
     grid = (B * nc, cdiv(N, bn))
     flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary,
@@ -753,10 +705,6 @@ def _launch(kind, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, trac
         common.launch(_fwd2_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
                       *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3], BLOCK_N=bn, VEC=_contiguous_blocks(A, Bm),
                       **_knobs_2x2(A.device), **flags)
-    elif kind == "lanes":
-        common.launch(_fwdk_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
-                      *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BLOCK_N=bn,
-                      num_warps=LANE_BLOCKS["num_warps"] if on_gpu(A.device) else 1, **flags)
     else:
         common.launch(_fwd_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
                       *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
@@ -773,8 +721,6 @@ def _forward(A, Bm, h0, track_a: bool, reverse: bool = False):
         return (out_a if track_a else None), out_b
     if _two_by_two(A, V):
         kind, (bn, nc, chunk) = "2x2", _geometry_2x2(A)
-    elif _lane_blocks(A, V):
-        kind, (bn, nc, chunk) = "lanes", _geometry_lanes(A)
     else:
         kind, (bn, nc, chunk) = "generic", _geometry(A, V)
     sum_a = sum_b = None
@@ -798,7 +744,7 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     if dB.numel() == 0:
         return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
     two = _two_by_two(A, V)
-    lanes = not two and _lane_blocks(A, V, ga is not None, backward=True)
+    lanes = not two and _lane_blocks(A, V, ga is not None)
     bn, nc, chunk = _geometry_2x2(A) if two else _geometry_lanes(A) if lanes else _geometry(A, V)
     grid = (B * nc, cdiv(N, bn))
     if two:
