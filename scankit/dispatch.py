@@ -20,11 +20,18 @@ class ScanFallback(Exception):
     """A kernel cannot handle these inputs (outside its envelope); use the reference."""
 
 
+_PARSED: dict = {}  # MINGRU_SCAN's raw values seen -> their mode
+
+
 def scan_mode() -> str:
-    """The current ``MINGRU_SCAN`` value, read on every call."""
-    mode = os.environ.get("MINGRU_SCAN", "auto").strip().lower() or "auto"
-    if mode not in MODES:
-        raise ValueError(f"MINGRU_SCAN must be one of {', '.join(MODES)}; got {mode!r}")
+    """The current ``MINGRU_SCAN`` value, read on every call (parsed once per raw value)."""
+    raw = os.environ.get("MINGRU_SCAN")
+    mode = _PARSED.get(raw)
+    if mode is None:
+        mode = (raw or "auto").strip().lower() or "auto"
+        if mode not in MODES:
+            raise ValueError(f"MINGRU_SCAN must be one of {', '.join(MODES)}; got {mode!r}")
+        _PARSED[raw] = mode
     return mode
 
 

@@ -44,7 +44,7 @@ def _check_same(first: str, x: torch.Tensor, name: str, y: torch.Tensor) -> None
 
 
 def _check_shape(name: str, x: torch.Tensor, expected: tuple, layout: str) -> None:
-    if tuple(x.shape) != tuple(expected):
+    if x.shape != expected:  # (a torch.Size is a tuple: no conversions)
         raise ValueError(f"{name} must have shape {layout} = {tuple(expected)}; got {tuple(x.shape)}")
 
 

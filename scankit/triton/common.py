@@ -386,9 +386,11 @@ class Slot:
 
     def __call__(self, *args):
         kernel = self.kernel
-        watched = launch is not _LAUNCH or _hooked(knobs.runtime.launch_enter_hook) \
-            or _hooked(knobs.runtime.launch_exit_hook) or not isinstance(kernel, JITFunction) or kernel.pre_run_hooks
-        if watched:
+        runtime = knobs.runtime
+        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook  # (``_hooked``, inline: every launch)
+        if launch is not _LAUNCH or (enter is not None and getattr(enter, "calls", True)) \
+                or (leave is not None and getattr(leave, "calls", True)) or not isinstance(kernel, JITFunction) \
+                or kernel.pre_run_hooks:  # watched
             launch(kernel, self.grid, *args, **self.meta)
             return
         compiled = self.compiled
@@ -419,8 +421,7 @@ class direct:
         _launching.direct = self.before
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-_UNTRACED = _SCALARS | set(_PLAIN)  # argument types that never mean tracing (tested before isinstance)
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})  # tensors that never mean tracing (tested before isinstance)
 
 
 def opaque_op(name: str, impl):
@@ -440,9 +441,25 @@ def traced(args) -> bool:
     """Whether these arguments are being traced rather than computed: torch.compile or
     export (their fake and functional tensors), jit.trace, or any tensor subclass. Traced
     calls go through the registered custom ops; real tensors take the direct path."""
+    return _call_kind(args) is None
+
+
+_TRACED, _NO_GRAD, _GRAD = None, 0, 1
+
+
+def _call_kind(args):
+    """``_TRACED`` (``traced``), else ``_GRAD`` where grad mode is on and a tensor among ``args``
+    requires grad, else ``_NO_GRAD``: one walk over the arguments (a call's host cost)."""
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return True
-    return any(a.__class__ not in _UNTRACED and isinstance(a, torch.Tensor) for a in args)
+        return _TRACED
+    grad = False
+    for a in args:
+        cls = a.__class__
+        if cls in _PLAIN:
+            grad = grad or a.requires_grad
+        elif cls not in _SCALARS and isinstance(a, torch.Tensor):
+            return _TRACED
+    return _GRAD if grad and torch.is_grad_enabled() else _NO_GRAD
 
 
 def either(op, impl):
@@ -504,10 +521,10 @@ def with_autograd(op, impl, setup, backward):
     Eager.__name__ = Eager.__qualname__ = f"{op._name.split('::')[-1]}_eager"
 
     def call(*args):
-        if traced(args):
+        kind = _call_kind(args)
+        if kind is _TRACED:
             return op(*args)
-        if torch.is_grad_enabled() and any(a.__class__ not in _SCALARS and isinstance(a, torch.Tensor)
-                                           and a.requires_grad for a in args):
+        if kind == _GRAD:
             return Eager.apply(*args)
         with direct():  # nothing to differentiate: the kernels without autograd.Function's ~5 us
             return impl(*args)
