@@ -36,10 +36,16 @@ def _fwdbwd(op, *xs, **kwargs):
 def test_plans_are_reused_and_hold_no_tensors(T, monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     a, b, h0 = torch.rand(2, T, 16), torch.randn(2, T, 16), torch.randn(2, 16)
+    M, m = torch.randn(2, T, 3, 2, 2) * 0.5, torch.randn(2, T, 3, 2)
+    A4, B4, h4 = torch.randn(2, T, 3, 4, 4) * 0.3, torch.randn(2, T, 3, 4, 1), torch.randn(2, 3, 4, 1)
+    A8, B8 = torch.randn(2, T, 2, 8, 8) * 0.2, torch.randn(2, T, 2, 8, 2)
     calls = [lambda: _fwdbwd(scankit.linear_scan, a, b, h0=h0, return_prefix=False),
              lambda: _fwdbwd(scankit.linear_scan, a, b),
              lambda: _fwdbwd(scankit.parallel_scan_log, -a, torch.randn(2, T + 1, 16)),
-             lambda: _fwdbwd(scankit.mingru_scan, torch.randn(2, T, 32))]
+             lambda: _fwdbwd(scankit.mingru_scan, torch.randn(2, T, 32)),
+             lambda: _fwdbwd(scankit.matrix_scan, M, m),  # the 2x2 kernels
+             lambda: _fwdbwd(scankit.matrix_affine_scan, A4, B4, h0=h4, return_prefix=False),  # lane backward
+             lambda: _fwdbwd(scankit.matrix_affine_scan, A8, B8)]  # the generic block kernels
     for call in calls:
         call()
     made = dict(common._PLANS)
@@ -61,3 +67,15 @@ def test_a_knob_change_or_another_shape_makes_a_new_plan(monkeypatch):
     scankit.linear_scan(a[:, :7], b[:, :7], return_prefix=False)
     scankit.linear_scan(a[:, :, 1:], b[:, :, 1:], return_prefix=False)  # strides and a 4-byte offset
     assert len(common._PLANS) == 4
+
+
+def test_block_plans_follow_the_blocks_layout(monkeypatch):
+    """The 2x2 kernels' wide loads depend on where each block starts: an input one element into
+    its storage gets a plan of its own (narrow loads) and the same states as the contiguous one."""
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    M, b = torch.randn(2, 13, 3, 2, 2) * 0.5, torch.randn(2, 13, 3, 2)
+    want = scankit.matrix_scan(M, b, return_prefix=False)
+    assert len(common._PLANS) == 1
+    shifted = torch.empty(1 + M.numel())[1:].view(M.shape).copy_(M)  # storage offset 1: not block-aligned
+    torch.testing.assert_close(scankit.matrix_scan(shifted, b, return_prefix=False), want, rtol=0, atol=0)
+    assert len(common._PLANS) == 2

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 from . import common
-from .common import Knobs, cdiv, needs_int64, next_pow2, num_chunks, on_gpu, prefix_scan_op
+from .common import Knobs, align, cdiv, needs_int64, next_pow2, num_chunks, on_gpu, prefix_scan_op
 from .lang import program, row, when
 
 
@@ -695,56 +695,108 @@ def _contiguous_blocks(*tensors) -> bool:
     return True
 
 
-def _launch(kind, A, Bm, h0, carry_a, carry_b, out_a, out_b, bn, nc, chunk, track_a, summary, reverse):
-    """One pass of the forward kernel ("generic" or "2x2") over (B x chunks x block tiles)."""
+def _fwd_slot(kind, A, Bm, h0, sums, outs, bn, nc, track_a, summary, reverse):
+    """The launch of one forward pass ("generic" or "2x2") over (B x chunks x block tiles), for
+    inputs like these: the carry-in ``sums`` and outputs ``outs`` ((products, states); meta
+    tensors of the plan's layout do) fix its offsets' width."""
     B, T, N, K, _ = A.shape
     grid = (B * nc, cdiv(N, bn))
-    flags = dict(HAS_H0=h0 is not None, HAS_CARRY=carry_b is not None, TRACK_A=track_a, SUMMARY=summary,
-                 I64=needs_int64(A, Bm, out_a, out_b), REV=reverse)
+    flags = dict(HAS_H0=h0 is not None, HAS_CARRY=sums is not None, TRACK_A=track_a, SUMMARY=summary,
+                 I64=needs_int64(A, Bm, *outs), REV=reverse)
     if kind == "2x2":
-        common.launch(_fwd2_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
-                      *_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3], BLOCK_N=bn, VEC=_contiguous_blocks(A, Bm),
-                      **_knobs_2x2(A.device), **flags)
-    else:
-        common.launch(_fwd_kernel, grid, A, Bm, h0, carry_a, carry_b, out_a, out_b, T, N, nc, chunk, B * nc,
-                      *_s(A), *_s(Bm), *_s(h0, 4), K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
+        return common.Slot(_fwd2_kernel, grid, BLOCK_N=bn, VEC=_contiguous_blocks(A, Bm), **_knobs_2x2(A.device),
+                           **flags)
+    return common.Slot(_fwd_kernel, grid, K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
+
+
+def _fwd_strides(kind, A, Bm, h0):
+    """The forward kernels' stride arguments (the 2x2 kernels' blocks have fewer dims)."""
+    if kind == "2x2":
+        return (*_s(A), *_s(Bm)[:4], *_s(h0, 4)[:3])
+    return (*_s(A), *_s(Bm), *_s(h0, 4))
 
 
 def _forward(A, Bm, h0, track_a: bool, reverse: bool = False):
     """(Abar or None, Bbar or h) of the block recurrence; ``reverse``: from the end of time
-    (the kernels walk the memory rows backwards; outputs in the inputs' time order)."""
+    (the kernels walk the memory rows backwards; outputs in the inputs' time order). Planned
+    once per shape class (``common.planned``: shapes, strides, dtype, device, alignments, the
+    storage offsets' block phase the 2x2 kernels' wide loads need, flags); a call allocates
+    and launches."""
+    key = ("fwd", A.shape, A.stride(), A.dtype, A.device, align(A), A.storage_offset() & 3, Bm.shape, Bm.stride(),
+           align(Bm), Bm.storage_offset() & 3, None if h0 is None else h0.stride(), align(h0), track_a, reverse,
+           common.plan_epoch())
+    return common.planned(key, lambda: _plan_forward(A, Bm, h0, track_a, reverse))(A, Bm, h0)
+
+
+def _plan_forward(A, Bm, h0, track_a, reverse):
+    """``run(A, Bm, h0) -> (Abar or None, Bbar or h)`` for inputs like these (``_forward``)."""
     B, T, N, K, _ = A.shape
     V = Bm.shape[-1]
-    out_b = A.new_empty((B, T, N, K, V))
-    out_a = A.new_empty((B, T, N, K, K)) if track_a else out_b
-    if out_b.numel() == 0:
-        return (out_a if track_a else None), out_b
+
+    def outputs(A):
+        out_b = A.new_empty((B, T, N, K, V))
+        return (A.new_empty((B, T, N, K, K)) if track_a else out_b), out_b
+
+    if B * T * N * K * V == 0:
+        def empty(A, Bm, h0):
+            out_a, out_b = outputs(A)
+            return (out_a if track_a else None), out_b
+        return empty
     if _two_by_two(A, V):
         kind, (bn, nc, chunk) = "2x2", _geometry_2x2(A)
     else:
         kind, (bn, nc, chunk) = "generic", _geometry(A, V)
-    sum_a = sum_b = None
-    if nc > 1:  # each chunk's (product, state from zero); the main pass folds them into its carry-in
-        sum_a = A.new_empty((B, nc, N, K, K), dtype=torch.float32)
-        sum_b = A.new_empty((B, nc, N, K, V), dtype=torch.float32)
-        _launch(kind, A, Bm, None, None, None, sum_a, sum_b, bn, nc, chunk, True, True, reverse)
-    _launch(kind, A, Bm, h0, sum_a, sum_b, out_a, out_b, bn, nc, chunk, track_a, False, reverse)
-    return (out_a if track_a else None), out_b
+    meta = lambda *shape: torch.empty(shape, device="meta")  # noqa: E731  (a layout, for the offsets' width)
+    out_b = meta(B, T, N, K, V)
+    outs = (meta(B, T, N, K, K) if track_a else out_b, out_b)
+    sums = (meta(B, nc, N, K, K), meta(B, nc, N, K, V)) if nc > 1 else None
+    geometry = (T, N, nc, chunk, B * nc)
+    summary = _fwd_slot(kind, A, Bm, None, None, sums, bn, nc, True, True, reverse) if nc > 1 else None
+    summary_args = (*geometry, *_fwd_strides(kind, A, Bm, None))
+    main = _fwd_slot(kind, A, Bm, h0, sums, outs, bn, nc, track_a, False, reverse)
+    main_args = (*geometry, *_fwd_strides(kind, A, Bm, h0))
+
+    def run(A, Bm, h0):
+        out_a, out_b = outputs(A)
+        sum_a = sum_b = None
+        if summary is not None:  # each chunk's (product, state from zero); the main pass folds them into its carry-in
+            sum_a = A.new_empty((B, nc, N, K, K), dtype=torch.float32)
+            sum_b = A.new_empty((B, nc, N, K, V), dtype=torch.float32)
+            summary(A, Bm, None, None, None, sum_a, sum_b, *summary_args)
+        main(A, Bm, h0, sum_a, sum_b, out_a, out_b, *main_args)
+        return (out_a if track_a else None), out_b
+    return run
 
 
 def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
-    """(dA, dB, dh0) of the block recurrence from the saved outputs (of a scan from the end: ``reverse``)."""
-    B, T, N, K, _ = A.shape
-    V = gb.shape[-1]
+    """(dA, dB, dh0) of the block recurrence from the saved outputs (of a scan from the end:
+    ``reverse``). Planned once per shape class, as ``_forward``."""
     gb = gb.contiguous()
     ga = ga.contiguous() if ga is not None else None
-    dA = A.new_empty((B, T, N, K, K))
-    dB = A.new_empty((B, T, N, K, V))
-    dh0 = A.new_empty((B, N, K, V)) if h0 is not None else None
-    if dB.numel() == 0:
-        return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
+    key = ("bwd", A.shape, A.stride(), A.dtype, A.device, align(A), A.storage_offset() & 3,
+           None if h0 is None else h0.stride(), align(h0), gb.shape, align(gb), align(ga), out_b.stride(),
+           align(out_b), None if out_a is None else out_a.stride(), align(out_a), reverse, common.plan_epoch())
+    return common.planned(key, lambda: _plan_backward(A, h0, gb, ga, out_b, out_a, reverse))(
+        A, h0, gb, ga, out_b, out_a)
+
+
+def _plan_backward(A, h0, gb, ga, out_b, out_a, reverse):
+    """``run(A, h0, gb, ga, out_b, out_a) -> (dA, dB, dh0)`` for inputs like these (``_backward``)."""
+    B, T, N, K, _ = A.shape
+    V = gb.shape[-1]
+    has_h0, has_ga = h0 is not None, ga is not None  # (the plan's closures keep no tensor of the call that made it)
+
+    def outputs(A):
+        return (A.new_empty((B, T, N, K, K)), A.new_empty((B, T, N, K, V)),
+                A.new_empty((B, N, K, V)) if has_h0 else None)
+
+    if B * T * N * K * V == 0:
+        def empty(A, h0, gb, ga, out_b, out_a):
+            dA, dB, dh0 = outputs(A)
+            return dA.zero_(), dB, (dh0.zero_() if dh0 is not None else None)
+        return empty
     two = _two_by_two(A, V)
-    lanes = not two and _lane_blocks(A, V, ga is not None)
+    lanes = not two and _lane_blocks(A, V, has_ga)
     bn, nc, chunk = _geometry_2x2(A) if two else _geometry_lanes(A) if lanes else _geometry(A, V)
     grid = (B * nc, cdiv(N, bn))
     if two:
@@ -756,18 +808,24 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     else:
         kernel = _bwd_kernel
         consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
-    consts.update(HAS_H0=h0 is not None, HAS_GA=ga is not None, I64=needs_int64(A, gb, ga, dA, dB), REV=reverse)
+    meta = lambda *shape: torch.empty(shape, device="meta")  # noqa: E731
+    consts.update(HAS_H0=has_h0, HAS_GA=has_ga, REV=reverse,
+                  I64=needs_int64(A, gb, ga, meta(B, T, N, K, K), meta(B, T, N, K, V)))
     args = (T, N, nc, chunk, B * nc, *_s(A), *_s(h0, 4))
-    sum_p = sum_b = sum_a = None
-    if nc > 1:  # each chunk's summary, which the main pass folds into its carry-in
-        sum_p = A.new_empty((B, nc, N, K, K), dtype=torch.float32)
-        sum_b = A.new_empty((B, nc, N, K, V), dtype=torch.float32)
-        sum_a = torch.empty_like(sum_p) if ga is not None else None
-        common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p,
-                      *args, HAS_CARRY=False, SUMMARY=True, **consts)
-    common.launch(kernel, grid, A, h0, gb, ga, out_b, out_a, sum_b, sum_a, dA, dB, dh0, sum_p,
-                  *args, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
-    return dA, dB, dh0
+    summary = common.Slot(kernel, grid, HAS_CARRY=False, SUMMARY=True, **consts) if nc > 1 else None
+    main = common.Slot(kernel, grid, HAS_CARRY=nc > 1, SUMMARY=False, **consts)
+
+    def run(A, h0, gb, ga, out_b, out_a):
+        dA, dB, dh0 = outputs(A)
+        sum_p = sum_b = sum_a = None
+        if summary is not None:  # each chunk's summary, which the main pass folds into its carry-in
+            sum_p = A.new_empty((B, nc, N, K, K), dtype=torch.float32)
+            sum_b = A.new_empty((B, nc, N, K, V), dtype=torch.float32)
+            sum_a = torch.empty_like(sum_p) if has_ga else None
+            summary(A, h0, gb, ga, out_b, out_a, sum_b, sum_a, None, None, None, sum_p, *args)
+        main(A, h0, gb, ga, out_b, out_a, sum_b, sum_a, dA, dB, dh0, sum_p, *args)
+        return dA, dB, dh0
+    return run
 
 
 def _dense(A, B, h0, track_a, reverse, reset):
