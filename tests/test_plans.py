@@ -79,3 +79,23 @@ def test_block_plans_follow_the_blocks_layout(monkeypatch):
     shifted = torch.empty(1 + M.numel())[1:].view(M.shape).copy_(M)  # storage offset 1: not block-aligned
     torch.testing.assert_close(scankit.matrix_scan(shifted, b, return_prefix=False), want, rtol=0, atol=0)
     assert len(common._PLANS) == 2
+
+
+def test_rotation_plans_are_reused_and_hold_no_tensors(monkeypatch):
+    """The angle-fused rotation kernels (a Givens mixer's step) are planned as the others."""
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    seen, launch = [], common.launch
+    monkeypatch.setattr(common, "launch", lambda k, grid, *a, **m: (seen.append(k.fn.__module__), launch(k, grid, *a, **m))[1])
+    torch.manual_seed(0)
+    mixer = scankit.GivensMinGRU(5, 16, block_size=8, rounds=2)
+    x = torch.randn(3, 9, 5)
+
+    def step():
+        h = mixer(x)
+        torch.autograd.grad(h.sum(), list(mixer.parameters()))
+    step()
+    assert seen.count("scankit.triton.givens") == 2 and common._PLANS, seen
+    made = dict(common._PLANS)
+    step()
+    assert common._PLANS == made, "a repeated call made a new plan"
+    assert all(not _tensors_held(plan) for plan in made.values())

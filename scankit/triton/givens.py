@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from . import common
-from .common import cdiv, either, empty_like_shape as _empty, needs_int64, next_pow2, target_programs, with_autograd
+from .common import align, cdiv, either, empty_like_shape as _empty, needs_int64, next_pow2, target_programs, with_autograd
 from .lang import idx, program, when
 
 
@@ -157,45 +157,76 @@ def _s(x, dims):
     return tuple(x.stride()) if x is not None else (0,) * dims
 
 
+def _key(direction, *tensors):
+    """A plan key for these tensors (None allowed): what a launch specializes on, per tensor."""
+    key = [direction, common.plan_epoch()]
+    for t in tensors:
+        key += (None, None, None, -1) if t is None else (t.shape, t.stride(), t.dtype, align(t))
+    key.append(tensors[0].device)
+    return tuple(key)
+
+
 def _rotation_fwd(angles: torch.Tensor, b: torch.Tensor, scale: Optional[torch.Tensor],
-                      gamma: Optional[torch.Tensor], h0: Optional[torch.Tensor]) -> torch.Tensor:
+                  gamma: Optional[torch.Tensor], h0: Optional[torch.Tensor]) -> torch.Tensor:
+    """The states (B, T, N, K); planned once per shape class (``common.planned``)."""
+    run = common.planned(_key("fwd", angles, b, scale, gamma, h0), lambda: _plan_fwd(angles, b, scale, gamma, h0))
+    return run(angles, b, scale, gamma, h0)
+
+
+def _plan_fwd(angles, b, scale, gamma, h0):
     B, T, N, R, _ = angles.shape
     K = b.shape[-1]
+    if B * T * N * K == 0:
+        return lambda angles, b, scale, gamma, h0: b.new_empty((B, T, N, K))
     bn = _lanes_per_program(B, N, b.device)
-    out = b.new_empty((B, T, N, K))
-    if out.numel() == 0:
+    strides = (*_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3))
+    slot = common.Slot(_fwd_kernel, (B, cdiv(N, bn)), K=K, R=R, BN=bn, HAS_SCALE=scale is not None,
+                       HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
+                       I64=needs_int64(angles, b, scale, gamma, torch.empty((B, T, N, K), device="meta")),
+                       num_warps=1 if K <= 4 else 2)
+
+    def run(angles, b, scale, gamma, h0):
+        out = b.new_empty((B, T, N, K))
+        slot(angles, b, scale, gamma, h0, out, B, T, N, *strides)
         return out
-    common.launch(
-        _fwd_kernel, (B, cdiv(N, bn)),
-        angles, b, scale, gamma, h0, out, B, T, N,
-        *_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
-        K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
-        I64=needs_int64(angles, b, scale, gamma, out), num_warps=1 if K <= 4 else 2,
-    )
-    return out
+    return run
 
 
 def _rotation_bwd(angles: torch.Tensor, scale: Optional[torch.Tensor], gamma: Optional[torch.Tensor],
-                      h0: Optional[torch.Tensor], out: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                  h0: Optional[torch.Tensor], out: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(d angles, d b, d scale, d gamma, d h0; an absent input's grad is empty); planned as the forward."""
+    g = g.contiguous()
+    run = common.planned(_key("bwd", angles, scale, gamma, h0, out, g), lambda: _plan_bwd(angles, scale, gamma, h0, out))
+    return run(angles, scale, gamma, h0, out, g)
+
+
+def _plan_bwd(angles, scale, gamma, h0, out):
     B, T, N, R, P = angles.shape
     K = out.shape[-1]
+    has_scale, has_gamma, has_h0 = scale is not None, gamma is not None, h0 is not None
+
+    def outputs(angles, out):
+        return (angles.new_empty((B, T, N, R, P)), out.new_empty((B, T, N, K)),
+                out.new_empty((B, T, N) if has_scale else (0,)), out.new_empty((B, T, N) if has_gamma else (0,)),
+                out.new_empty((B, N, K) if has_h0 else (0,)))
+
+    if B * T * N * K == 0:
+        def empty(angles, scale, gamma, h0, out, g):
+            d_angles, d_b, d_scale, d_gamma, d_h0 = outputs(angles, out)
+            return d_angles.zero_(), d_b, d_scale.zero_(), d_gamma.zero_(), d_h0.zero_()
+        return empty
     bn = _lanes_per_program(B, N, out.device)
-    g = g.contiguous()
-    d_angles = torch.empty((B, T, N, R, P), device=out.device, dtype=angles.dtype)
-    d_b = torch.empty_like(out)
-    d_scale = out.new_empty((B, T, N)) if scale is not None else out.new_empty(0)
-    d_gamma = out.new_empty((B, T, N)) if gamma is not None else out.new_empty(0)
-    d_h0 = out.new_empty((B, N, K)) if h0 is not None else out.new_empty(0)
-    if out.numel() == 0:
-        return d_angles.zero_(), d_b, d_scale.zero_(), d_gamma.zero_(), d_h0.zero_()
-    common.launch(
-        _bwd_kernel, (B, cdiv(N, bn)),
-        angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, B, T, N,
-        *_s(angles, 5), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3),
-        K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
-        I64=needs_int64(angles, scale, gamma, out, g, d_angles), num_warps=1 if K <= 4 else 2,
-    )
-    return d_angles, d_b, d_scale, d_gamma, d_h0
+    strides = (*_s(angles, 5), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3))
+    slot = common.Slot(_bwd_kernel, (B, cdiv(N, bn)), K=K, R=R, BN=bn, HAS_SCALE=has_scale, HAS_GAMMA=has_gamma,
+                       HAS_H0=has_h0, num_warps=1 if K <= 4 else 2,
+                       I64=needs_int64(angles, scale, gamma, out, torch.empty(out.shape, device="meta"),
+                                       torch.empty(angles.shape, device="meta")))
+
+    def run(angles, scale, gamma, h0, out, g):
+        d_angles, d_b, d_scale, d_gamma, d_h0 = outputs(angles, out)
+        slot(angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, B, T, N, *strides)
+        return d_angles, d_b, d_scale, d_gamma, d_h0
+    return run
 
 
 rotation_scan_fwd = common.opaque_op("scankit::rotation_scan_fwd", _rotation_fwd)
