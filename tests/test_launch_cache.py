@@ -44,13 +44,16 @@ M, x = r(8, 64, 8, 2, 2), r(8, 64, 8, 2)
 A, Bm = r(8, 64, 8, 4, 4), r(8, 64, 8, 4, 2)
 an, bn, bn1 = r(1, 4096, 64), r(1, 4096, 64), r(1, 4097, 64)
 Mn, xn, An, Bn = r(1, 4096, 4, 2, 2), r(1, 4096, 4, 2), r(1, 4096, 4, 4, 4), r(1, 4096, 4, 4, 1)
+ang, rb = r(4, 64, 8, 2, 4), r(4, 64, 8, 8)
+from scankit import triton as kernels
 cases = [lambda: scankit.linear_scan(a, b), lambda: scankit.linear_scan(a, b, h0=h0, return_prefix=False),
          lambda: scankit.parallel_scan_log(-a, b, log_h0=h0), lambda: scankit.matrix_scan(M, x),
          lambda: scankit.matrix_affine_scan(A, Bm, return_prefix=False),
          lambda: scankit.linear_scan(a[:, :, 1:], b[:, :, 1:]),   # 4-byte offsets: another specialization
          lambda: scankit.parallel_scan_log(-an, bn1), lambda: scankit.matrix_scan(Mn, xn),  # chunked: 2 launches
          lambda: fwdbwd(scankit.parallel_scan_log, -an, bn1), lambda: fwdbwd(scankit.linear_scan, an, bn),
-         lambda: fwdbwd(scankit.matrix_affine_scan, An, Bn)]
+         lambda: fwdbwd(scankit.matrix_affine_scan, An, Bn),
+         lambda: kernels.rotation_scan(ang, rb), lambda: fwdbwd(kernels.rotation_scan, ang, rb)]  # angle-fused
 
 
 def fwdbwd(op, *xs):   # the backward kernels too (garbage values: nothing runs)
