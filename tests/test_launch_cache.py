@@ -29,7 +29,7 @@ def watched(kernel, grid, args, meta):
     return bound(kernel, grid, args, meta)
 common._launch_bound = watched
 def slot_watched(slot, *args):   # a planned launch: its grid and constexprs as it binds them
-    grid, meta = slot._bind
+    grid, meta = slot.binding
     calls.append((slot.kernel, grid, args, dict(meta), slot))
     return slot_call(slot, *args)
 common.Slot.__call__ = slot_watched

@@ -304,32 +304,46 @@ def _bound_key(kernel, grid, args, meta):
                    else a for a in args]))
 
 
-def _hooked(hook) -> bool:
-    """Whether a Triton launch hook would run: set, and not an empty HookChain (Triton 3.6
-    passes its empty chains to every launch; the launcher then calls nothing)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+def _hooks_watch(kernel) -> bool:
+    """Whether Triton's launch hooks or ``kernel``'s pre-run hooks would run (a profiler
+    watches launches): then Triton's own launch path. An empty HookChain counts as none
+    (Triton 3.6 passes its empty chains to every launch; the launcher then calls nothing)."""
+    runtime = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return (enter is not None and bool(getattr(enter, "calls", True))) \
+        or (leave is not None and bool(getattr(leave, "calls", True))) or bool(kernel.pre_run_hooks)
+
+
+def _bind(kernel, grid, args, meta):
+    """Launch ``kernel[grid](*args, **meta)`` through Triton (binds, compiles); returns its
+    compiled kernel and the trailing arguments (defaults, constexprs) its launcher takes after ``args``."""
+    compiled = kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)
+    if hasattr(compiled, "result"):
+        compiled = compiled.result()
+    return compiled, tuple(meta[p.name] if p.name in meta else p.default for p in kernel.params[len(args):])
+
+
+def _launch_compiled(compiled, xyz, device, args, tail):
+    """The compiled kernel's launcher called directly on the grid ``xyz`` (no binding)."""
+    compiled.run(*xyz, driver.active.get_current_stream(device), compiled.function, compiled.packed_metadata,
+                 None, None, None, *args, *tail)
 
 
 def _launch_bound(kernel, grid, args, meta):
     """``kernel[grid](*args, **meta)``, through the bound launch when one exists."""
-    if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook) \
-            or kernel.pre_run_hooks:  # someone watches launches (a profiler): Triton's own path
+    if _hooks_watch(kernel):
         kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)
         return
     key = _bound_key(kernel, grid, args, meta)
     bound = _BOUND.get(key)
     if bound is None or bound[3] is not kernel:
-        compiled = kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)  # binds, compiles, launches
-        if hasattr(compiled, "result"):
-            compiled = compiled.result()
-        tail = tuple(meta[p.name] if p.name in meta else p.default for p in kernel.params[len(args):])
+        compiled, tail = _bind(kernel, grid, args, meta)
         if len(_BOUND) >= BOUND_ENTRIES:
             _BOUND.clear()
         _BOUND[key] = compiled, tail, (*grid, 1, 1)[:3], kernel
         return
-    compiled, tail, (gx, gy, gz), _ = bound
-    stream = driver.active.get_current_stream(key[5])
-    compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
+    compiled, tail, xyz, _ = bound
+    _launch_compiled(compiled, xyz, key[5], args, tail)
 
 
 # Launch plans: what a kernel wrapper derives from its inputs' metadata alone (geometry,
@@ -374,7 +388,7 @@ class Slot:
     later calls go straight to its launcher (no argument binding, no key). A watched launch (a
     recorder in place of ``launch``, a profiler's hooks) and the interpreter's go through
     ``launch`` as any other."""
-    __slots__ = ("kernel", "grid", "meta", "compiled", "tail", "xyz", "_bind")
+    __slots__ = ("kernel", "grid", "meta", "compiled", "tail", "xyz", "binding")
 
     def __init__(self, kernel, grid, **meta):
         self.kernel, self.grid, self.meta, self.compiled = kernel, grid, meta, None
@@ -382,29 +396,17 @@ class Slot:
         if len(grid) == 2:  # as ``launch`` folds it
             bind["FOLD"] = grid[1] > GRID_Y
             grid = (grid[0] * grid[1],) if bind["FOLD"] else grid
-        self._bind, self.xyz = (grid, bind), (*grid, 1, 1)[:3]
+        self.binding, self.xyz = (grid, bind), (*grid, 1, 1)[:3]
 
     def __call__(self, *args):
         kernel = self.kernel
-        runtime = knobs.runtime
-        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook  # (``_hooked``, inline: every launch)
-        if launch is not _LAUNCH or (enter is not None and getattr(enter, "calls", True)) \
-                or (leave is not None and getattr(leave, "calls", True)) or not isinstance(kernel, JITFunction) \
-                or kernel.pre_run_hooks:  # watched
+        if launch is not _LAUNCH or not isinstance(kernel, JITFunction) or _hooks_watch(kernel):  # watched
             launch(kernel, self.grid, *args, **self.meta)
-            return
-        compiled = self.compiled
-        if compiled is None:
-            grid, meta = self._bind
-            compiled = kernel[grid](*args, enable_fp_fusion=FP_FUSION, **meta)  # binds, compiles, launches
-            if hasattr(compiled, "result"):
-                compiled = compiled.result()
-            self.tail = tuple(meta[p.name] if p.name in meta else p.default for p in kernel.params[len(args):])
-            self.compiled = compiled
-            return
-        gx, gy, gz = self.xyz
-        compiled.run(gx, gy, gz, driver.active.get_current_stream(torch.cuda.current_device()), compiled.function,
-                     compiled.packed_metadata, None, None, None, *args, *self.tail)
+        elif self.compiled is None:
+            grid, meta = self.binding
+            self.compiled, self.tail = _bind(kernel, grid, args, meta)
+        else:
+            _launch_compiled(self.compiled, self.xyz, torch.cuda.current_device(), args, self.tail)
 
 
 class direct:

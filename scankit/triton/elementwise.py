@@ -936,8 +936,7 @@ def _plan_backward(a, b, h0, gh, ga, hout, aout, log, reverse, reset, gate):
         if gate:  # one gradient of the gate's operands, as the projection that gave them wants it
             dp = new((B, T, n * D))
             return dp, dp[..., :D], dp[..., (n - 1) * D:], new((B, D)) if has_h0 else None
-        return None, new((B, T, D)), new(b.shape) if like == "meta" else b.new_empty(b.shape), \
-            new((B, D)) if has_h0 else None
+        return None, new((B, T, D)), new(b.shape), new((B, D)) if has_h0 else None  # (b: a's dtype and device)
 
     def grads(dp, da, db, dh0):
         return (dp, None, dh0) if gate else (da, db, dh0)
