@@ -134,10 +134,12 @@ def _shape_classes():
                 yield f"matrix_affine_scan k{k} v{v} reverse {cls}", "matrix_affine_scan", (A, Bm), dict(reverse=True)
                 yield f"matrix_affine_scan k{k} v{v} state h0 reverse {cls}", "matrix_affine_scan", (A, Bm), \
                     dict(h0=h, return_prefix=False, reverse=True)
-    for k in (2, 4, 8, 16):  # the angle-fused rotations
-        B, T, n, R = 4, 256, 8, 2
-        yield f"rotation_scan k{k}", "rotation_scan", (r(B, T, n, R, k // 2), r(B, T, n, k)), \
-            dict(scale=r(B, T, n) if k == 2 else None, gamma=r(B, T, n), h0=r(B, n, k))
+    # the angle-fused rotations: T-chunked (few lanes, long T: summary passes) and in one walk
+    for cls, (B, T, n) in {"narrow": (1, 4096, 8), "wide": (64, 64, 64)}.items():
+        for k in (2, 4, 8, 16):
+            R = 2
+            yield f"rotation_scan k{k} {cls}", "rotation_scan", (r(B, T, n, R, k // 2), r(B, T, n, k)), \
+                dict(scale=r(B, T, n) if k == 2 else None, gamma=r(B, T, n), h0=r(B, n, k))
 
 
 def resources(cubin: bytes) -> tuple[int, int]:

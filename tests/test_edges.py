@@ -85,7 +85,8 @@ CASES = [("parallel_scan_log", dict(B=3, T=150, D=40)), ("linear_scan", dict(B=1
          ("matrix_affine_scan", dict(B=3, T=40, n=5, k=8, v=1))]  # the generic block kernels
 FAMILIES = {"elementwise._fwd_kernel", "elementwise._log_fwd_kernel", "elementwise._log_bwd_kernel",
             "elementwise._fwd_lookback_kernel", "elementwise._bwd_lookback_kernel", "elementwise._bwd_kernel",
-            "affine._fwd_kernel", "affine._bwd2_kernel", "affine._bwdk_kernel", "givens._fwd_kernel", "givens._bwd_kernel"}
+            "affine._fwd_kernel", "affine._bwd2_kernel", "affine._bwdk_kernel", "givens._fwd_kernel", "givens._bwd_kernel",
+            "givens._fwd_summary_kernel", "givens._bwd_summary_kernel"}
 
 
 def run_every_family(seed):
@@ -96,7 +97,7 @@ def run_every_family(seed):
         outs.append((o, torch.autograd.grad(sum(t.sum() for t in o), xs)))
     torch.manual_seed(seed)
     mixer = scankit.GivensMinGRU(5, 16, block_size=8, rounds=2).to(DEVICE)
-    h = mixer(torch.randn(3, 9, 5, device=DEVICE))
+    h = mixer(torch.randn(3, 1300 if DEVICE == "cuda" else 9, 5, device=DEVICE))  # T-chunked (summary passes)
     outs.append(((h,), torch.autograd.grad(h.sum(), list(mixer.parameters()))))
     return outs
 

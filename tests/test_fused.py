@@ -35,10 +35,14 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("T", [1, 13])
+@pytest.mark.parametrize("T", [1, 13, 40])
 @pytest.mark.parametrize("variant", ["plain", "decay+delta_t+h_0"])
 @pytest.mark.parametrize("name,make", CASES, ids=[c[0] for c in CASES])
 def test_fused_matches_generic(name, make, variant, T, seed, monkeypatch, fused_launches):
+    """Values and every grad against the generic path in float64; T = 13 and 40 are T-chunked
+    in the interpreter (summary passes, carries folded from the chunks before / after)."""
+    from scankit.triton import givens
+
     torch.manual_seed(seed)
     decay = variant != "plain"
     mixer = make(decay=decay).to(DEVICE)
@@ -53,7 +57,10 @@ def test_fused_matches_generic(name, make, variant, T, seed, monkeypatch, fused_
 
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     out = mixer(x, h_0=h0, delta_t=dt)
-    assert fused_launches == ["givens._fwd_kernel"], fused_launches
+    chunked = givens._geometry(B, T, mixer.n, mixer.k, x.device)[1] > 1
+    assert chunked == (T > 1) or DEVICE == "cuda"
+    summary = ["givens._fwd_summary_kernel"] if chunked else []
+    assert fused_launches == summary + ["givens._fwd_kernel"], fused_launches
     monkeypatch.setenv("MINGRU_SCAN", "eager")
     x_ref = x.detach().double().requires_grad_()
     h0_ref = h0.detach().double().requires_grad_() if h0 is not None else None
@@ -64,6 +71,7 @@ def test_fused_matches_generic(name, make, variant, T, seed, monkeypatch, fused_
     (out * w.float()).sum().backward()
     (expected * w).sum().backward()
     assert "givens._bwd_kernel" in fused_launches and not any(k.startswith("affine") for k in fused_launches)
+    assert ("givens._bwd_summary_kernel" in fused_launches) == chunked, fused_launches
     pairs = [(x.grad, x_ref.grad)] + ([(h0.grad, h0_ref.grad)] if h0 is not None else [])
     pairs += [(p.grad, q.grad) for p, q in zip(mixer.parameters(), ref.parameters())]
     for got, want in pairs:
@@ -96,3 +104,66 @@ def test_outside_fused_envelope(monkeypatch, fused_launches):
         mixer.to(DEVICE)(torch.randn(2, 3, 5, device=DEVICE))
     with pytest.raises(scankit.ScanFallback, match="k in"):
         kernels.rotation_scan(torch.zeros(1, 2, 1, 1, 3, device=DEVICE), torch.zeros(1, 2, 1, 6, device=DEVICE))
+
+
+def _pretend_gpu(monkeypatch, sms):
+    from scankit.triton import common
+
+    monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    monkeypatch.setattr(common, "_sm_count", lambda index: sms)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+@pytest.mark.parametrize("B,T,d,k,chunks", [
+    (1, 65536, 1024, 8, (10, None)),   # a B = 1 prefill: 128 lanes, chunked
+    (1, 65536, 1024, 2, (4, None)),    # RotationMinGRU's 2x2 blocks: 512 lanes
+    (16, 2048, 512, 8, (1, 1)),        # the training shapes: the lanes nearly fill the device
+    (4, 16384, 1024, 8, (1, 1)),
+    (64, 256, 512, 2, (1, 1)),
+    (1, 300, 1024, 8, (1, 1)),         # short T: fewer than k + 2 chunks of 64 steps
+])
+def test_rotation_chunks_on_the_gpu(B, T, d, k, chunks, monkeypatch):
+    """The GPU's geometry (132 SMs): T chunked only into at least k + 2 chunks of at least
+    CHUNKS["min_chunk"] steps (the summaries walk k + 1 vectors a lane), so long T at small batch
+    is chunked and the training shapes keep one walk."""
+    from scankit.triton import givens
+
+    _pretend_gpu(monkeypatch, 132)
+    bn, nc, chunk = givens._geometry(B, T, d // k, k, torch.device("cuda", 0))
+    low, high = chunks
+    assert nc >= low and (high is None or nc <= high), (bn, nc, chunk)
+    assert nc == 1 or (nc >= k + 2 and chunk >= givens.CHUNKS["min_chunk"] and (nc - 1) * chunk < T), (bn, nc, chunk)
+
+
+def test_rotation_chunked_with_the_gpu_geometry(seed, monkeypatch, fused_launches):
+    """A B = 1 RotationMinGRU (decay, h_0) at T = 520 on a pretend 4-SM GPU: the GPU's geometry
+    chunks T (5 chunks of 104 steps); values and grads against the generic path in float64."""
+    from scankit.triton import givens
+
+    torch.manual_seed(seed)
+    mixer = scankit.RotationMinGRU(5, 4, decay=True).to(DEVICE)
+    with torch.no_grad():
+        for p in mixer.parameters():
+            p.uniform_(-0.5, 0.5)
+    ref = copy.deepcopy(mixer).double()
+    x = torch.randn(1, 520, 5, device=DEVICE, requires_grad=True)
+    dt = torch.rand(1, 520, device=DEVICE) * 2
+    h0 = torch.randn(1, 4, device=DEVICE, requires_grad=True)
+    _pretend_gpu(monkeypatch, 4)
+    assert givens._geometry(1, 520, mixer.n, mixer.k, x.device)[1:] == (5, 104)
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    out = mixer(x, h_0=h0, delta_t=dt)
+    w = torch.randn(out.shape, dtype=torch.float64, device=DEVICE)
+    (out * w.float()).sum().backward()
+    assert fused_launches[:2] == ["givens._fwd_summary_kernel", "givens._fwd_kernel"], fused_launches
+    assert "givens._bwd_summary_kernel" in fused_launches, fused_launches
+    monkeypatch.setenv("MINGRU_SCAN", "eager")
+    x_ref, h0_ref = x.detach().double().requires_grad_(), h0.detach().double().requires_grad_()
+    expected = ref(x_ref, h_0=h0_ref, delta_t=dt.double())
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    (expected * w).sum().backward()
+    for got, want in [(x.grad, x_ref.grad), (h0.grad, h0_ref.grad)] + [
+            (p.grad, q.grad) for p, q in zip(mixer.parameters(), ref.parameters())]:
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4)

@@ -94,7 +94,10 @@ def test_rotation_plans_are_reused_and_hold_no_tensors(monkeypatch):
         h = mixer(x)
         torch.autograd.grad(h.sum(), list(mixer.parameters()))
     step()
-    assert seen.count("scankit.triton.givens") == 2 and common._PLANS, seen
+    from scankit.triton import givens
+
+    chunked = givens._geometry(3, 9, mixer.n, mixer.k, x.device)[1] > 1  # summary passes too (the interpreter's geometry)
+    assert seen.count("scankit.triton.givens") == (4 if chunked else 2) and common._PLANS, seen
     made = dict(common._PLANS)
     step()
     assert common._PLANS == made, "a repeated call made a new plan"

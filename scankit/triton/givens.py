@@ -54,11 +54,11 @@ def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
 
 
 @triton.jit
-def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K: tl.constexpr, BN: tl.constexpr, HAS_H0: tl.constexpr,
+def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K: tl.constexpr, BN: tl.constexpr, HAS_H0: tl.constexpr,
            I64: tl.constexpr, FOLD: tl.constexpr):
-    """This program's batch index, its BN block lanes (and mask) and their h_0 (zeros if none)
-    on the grid (B, block tiles)."""
-    bi, _, ni = program(B, 1, I64, FOLD)
+    """This program's batch index, T-chunk, its BN block lanes (and mask) and their h_0 (zeros
+    if none) on the grid (B x NC chunks, block tiles)."""
+    bi, ci, ni = program(B * NC, NC, I64, FOLD)
     n = ni * BN + tl.arange(0, BN)
     i = tl.arange(0, K)
     nm = n < N
@@ -66,50 +66,176 @@ def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K: tl.constexpr, BN: tl.constexpr, HA
     if HAS_H0:
         h0 = tl.load(h0_ptr + bi * sh_b + n[:, None] * sh_n + i[None, :] * sh_i, mask=nm[:, None], other=0.0)
         h0 = h0.to(tl.float32)
-    return bi, n, i, nm, h0
+    return bi, ci, n, i, nm, h0
+
+
+@triton.jit
+def _step(u, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
+          sg_b, sg_t, sg_n, K: tl.constexpr, R: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr):
+    """A_t u = gamma_t G_{R-1} ... G_0 S_t u for (rows, K) vectors u, row r of lane n[r]."""
+    m2 = nm[:, None]
+    if HAS_SCALE:
+        sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
+        u = tl.where(i[None, :] == 1, u * sc[:, None], u)
+    base = bi * sa_b + t * sa_t + n * sa_n
+    for r in tl.static_range(R):
+        u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, K, r % 2)
+    if HAS_GAMMA:
+        u = u * tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)[:, None]
+    return u
+
+
+@triton.jit
+def _step_t(du, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
+            sg_b, sg_t, sg_n, K: tl.constexpr, R: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr):
+    """A_t^T du = S_t G_0^T ... G_{R-1}^T gamma_t du for (rows, K) vectors, row r of lane n[r]."""
+    m2 = nm[:, None]
+    if HAS_GAMMA:
+        du = du * tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)[:, None]
+    base = bi * sa_b + t * sa_t + n * sa_n
+    for rr in tl.static_range(R):
+        r = R - 1 - rr
+        first, pair, select, sign = _round_tables(K, r % 2)
+        c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
+        du = c * du - sign[None, :] * s * _partner(du, select)
+    if HAS_SCALE:
+        sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
+        du = tl.where(i[None, :] == 1, du * sc[:, None], du)
+    return du
+
+
+@triton.jit
+def _fold(sm_ptr, sv_ptr, x, bi, first, step, count, NC, N, n, nm, i, K: tl.constexpr):
+    """Apply ``count`` chunk summaries to (BN, K) vectors x, chunk ``first`` first, then
+    ``first + step``...: x -> M_j x + v_j, M_j stored per lane as its columns (row c of the
+    lane's (K, K) block: M_j e_c), v_j a K-vector."""
+    c = tl.arange(0, K)
+    for q in range(0, count):
+        slot = (bi * NC + first + step * q) * N + n
+        cols = tl.load(sm_ptr + slot[:, None, None] * K * K + c[None, :, None] * K + i[None, None, :],
+                       mask=nm[:, None, None], other=0.0)
+        v = tl.load(sv_ptr + slot[:, None] * K + i[None, :], mask=nm[:, None], other=0.0)
+        x = tl.sum(cols * x[:, :, None], axis=1) + v
+    return x
+
+
+@triton.jit
+def _basis(BN: tl.constexpr, K: tl.constexpr, ni, N):
+    """(BN K, K) rows e_c, one per (lane, c), with each row's lane index and mask: the columns
+    of an identity per lane, which a summary pass carries through its chunk's maps."""
+    rows = tl.arange(0, BN * K)
+    n = ni * BN + rows // K
+    eye = ((rows % K)[:, None] == tl.arange(0, K)[None, :]).to(tl.float32)
+    return eye, n, n < N
+
+
+@triton.jit
+def _fwd_summary_kernel(
+    ang_ptr, b_ptr, sc_ptr, gm_ptr, sm_ptr, sv_ptr, B, T, N, NC, CHUNK,
+    sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n,
+    K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+):
+    """Each T-chunk's map h -> M h + v (the forward's chunk summary, from h = 0 for v): v walks
+    the chunk as the forward does, M's columns walk it from the identity (no b)."""
+    bi, ci, ni = program(B * NC, NC, I64, FOLD)
+    n = ni * BN + tl.arange(0, BN)
+    i = tl.arange(0, K)
+    nm = n < N
+    cols, nr, nmr = _basis(BN, K, ni, N)
+    v = tl.zeros((BN, K), tl.float32)
+    start = ci * CHUNK
+    for t in range(start, tl.minimum(T, start + CHUNK)):
+        v = _step(v, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
+                  sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
+        v += tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=nm[:, None],
+                     other=0.0).to(tl.float32)
+        cols = _step(cols, ang_ptr, sc_ptr, gm_ptr, bi, t, nr, nmr, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t,
+                     ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
+    slot = (bi * NC + ci) * N
+    tl.store(sm_ptr + (slot + nr)[:, None] * K * K + (tl.arange(0, BN * K) % K)[:, None] * K + i[None, :], cols,
+             mask=nmr[:, None])
+    tl.store(sv_ptr + (slot + n)[:, None] * K + i[None, :], v, mask=nm[:, None])
 
 
 @triton.jit
 def _fwd_kernel(
-    ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, B, T, N,
+    ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, sm_ptr, sv_ptr, out_ptr, B, T, N, NC, CHUNK,
     sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
-    K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
 ):
-    bi, n, i, nm, h = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64, FOLD)
+    """The states of one T-chunk (of NC): from h_0 folded through the summaries of the chunks
+    before it (HAS_CARRY), walked step by step."""
+    bi, ci, n, i, nm, h = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K, BN, HAS_H0, I64, FOLD)
     T = idx(T, I64)  # the step index t then runs in int64 too
     m2 = nm[:, None]
+    if HAS_CARRY:
+        h = _fold(sm_ptr, sv_ptr, h, bi, 0, 1, ci, NC, N, n, nm, i, K)
     out_rows = (bi * T * N + n[:, None]) * K + i[None, :]
-    for t in range(0, T):
-        u = h
-        if HAS_SCALE:
-            sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
-            u = tl.where(i[None, :] == 1, u * sc[:, None], u)
-        base = bi * sa_b + t * sa_t + n * sa_n
-        for r in tl.static_range(R):
-            u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, K, r % 2)
-        if HAS_GAMMA:
-            u = u * tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)[:, None]
+    start = ci * CHUNK
+    for t in range(start, tl.minimum(T, start + CHUNK)):
+        u = _step(h, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
+                  sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
         bt = tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=m2, other=0.0)
         h = u + bt.to(tl.float32)
         tl.store(out_ptr + out_rows + t * N * K, h.to(out_ptr.dtype.element_ty), mask=m2)
 
 
 @triton.jit
-def _bwd_kernel(
-    ang_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, g_ptr, dang_ptr, db_ptr, dsc_ptr, dgm_ptr, dh0_ptr, B, T, N,
-    sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
+def _bwd_summary_kernel(
+    ang_ptr, sc_ptr, gm_ptr, g_ptr, sm_ptr, sw_ptr, B, T, N, NC, CHUNK,
+    sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_H0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
 ):
-    bi, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, K, BN, HAS_H0, I64, FOLD)
+    """Each T-chunk's backward map x -> P x + w: x = dL/dh at the chunk's last step from the
+    steps after it, P x + w = dL/dh before its first step; w from the chunk's own grads (x = 0),
+    P = A_first^T ... A_last^T (its columns walk the chunk backwards from the identity)."""
+    bi, ci, ni = program(B * NC, NC, I64, FOLD)
+    n = ni * BN + tl.arange(0, BN)
+    i = tl.arange(0, K)
+    nm = n < N
+    cols, nr, nmr = _basis(BN, K, ni, N)
+    w = tl.zeros((BN, K), tl.float32)
+    start = ci * CHUNK
+    end = tl.minimum(T, start + CHUNK)
+    rows = (bi * T * N + n[:, None]) * K + i[None, :]
+    for j in range(0, end - start):
+        t = end - 1 - j
+        w += tl.load(g_ptr + rows + t * N * K, mask=nm[:, None], other=0.0).to(tl.float32)
+        w = _step_t(w, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
+                    sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
+        cols = _step_t(cols, ang_ptr, sc_ptr, gm_ptr, bi, t, nr, nmr, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t,
+                       ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
+    slot = (bi * NC + ci) * N
+    tl.store(sm_ptr + (slot + nr)[:, None] * K * K + (tl.arange(0, BN * K) % K)[:, None] * K + i[None, :], cols,
+             mask=nmr[:, None])
+    tl.store(sw_ptr + (slot + n)[:, None] * K + i[None, :], w, mask=nm[:, None])
+
+
+@triton.jit
+def _bwd_kernel(
+    ang_ptr, sc_ptr, gm_ptr, h0_ptr, out_ptr, g_ptr, sm_ptr, sw_ptr, dang_ptr, db_ptr, dsc_ptr, dgm_ptr, dh0_ptr,
+    B, T, N, NC, CHUNK,
+    sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
+    K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+):
+    """The grads of one T-chunk (of NC), walked t descending from the grad that the chunks
+    after it pass back (their backward summaries folded, HAS_CARRY)."""
+    bi, ci, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K, BN, HAS_H0, I64, FOLD)
     T = idx(T, I64)
     m2 = nm[:, None]
     rows = (bi * T * N + n[:, None]) * K + i[None, :]   # contiguous (B, T, n, K) at t = 0
     side = bi * T * N + n                                # contiguous (B, T, n) at t = 0
     carry = tl.zeros((BN, K), tl.float32)                # dL/dh_t through h_{t+1}
-    for j in range(0, T):
-        t = T - 1 - j
+    if HAS_CARRY:  # the chunks after this one, the last first
+        carry = _fold(sm_ptr, sw_ptr, carry, bi, NC - 1, -1, NC - 1 - ci, NC, N, n, nm, i, K)
+    start = ci * CHUNK
+    end = tl.minimum(T, start + CHUNK)
+    for j in range(0, end - start):
+        t = end - 1 - j
         gh = tl.load(g_ptr + rows + t * N * K, mask=m2, other=0.0).to(tl.float32) + carry
         tl.store(db_ptr + rows + t * N * K, gh.to(db_ptr.dtype.element_ty), mask=m2)
         hp = tl.load(out_ptr + rows + (t - 1) * N * K, mask=when(t > 0, m2), other=0.0).to(tl.float32)
@@ -141,8 +267,9 @@ def _bwd_kernel(
             tl.store(dsc_ptr + side + t * N, dsc.to(dsc_ptr.dtype.element_ty), mask=nm)
             du = tl.where(i[None, :] == 1, du * sc[:, None], du)
         carry = du
-    if HAS_H0:
-        tl.store(dh0_ptr + (bi * N + n[:, None]) * K + i[None, :], carry.to(dh0_ptr.dtype.element_ty), mask=m2)
+    if HAS_H0:  # the first chunk's carry: dL/dh_0
+        tl.store(dh0_ptr + (bi * N + n[:, None]) * K + i[None, :], carry.to(dh0_ptr.dtype.element_ty),
+                 mask=when(ci == 0, m2))
 
 
 def _lanes_per_program(B: int, N: int, device) -> int:
@@ -151,6 +278,29 @@ def _lanes_per_program(B: int, N: int, device) -> int:
     while bn < 16 and B * cdiv(N, 2 * bn) >= target_programs(device) // 2:
         bn *= 2
     return min(bn, next_pow2(N))
+
+
+# T-chunking where the lanes alone do not fill the device (few batches and blocks, long T: a
+# B = 1 prefill walked T steps on a handful of lanes): a summary pass per direction forms each
+# chunk's map (a k x k block per lane from its columns walked through the chunk: k + 1 walks'
+# work) and the main pass folds the chunks before (after, backward) into its carry. On the GPU
+# T is chunked only into at least k + 2 chunks: with fewer, the summaries' k + 1 walks cost more
+# than the walk they split where the device is busy (so the training shapes, whose lanes nearly
+# fill it, keep one walk). "min_chunk": the shortest chunk; "per_sm": the programs per SM that
+# chunking aims at. Not yet tuned on a GPU.
+CHUNKS = common.Knobs({"min_chunk": 64, "per_sm": 16})
+
+
+def _geometry(B: int, T: int, N: int, K: int, device) -> tuple[int, int, int]:
+    """(lanes per program, chunks, chunk length) of the rotation kernels."""
+    bn = _lanes_per_program(B, N, device)
+    gpu = common.on_gpu(device)
+    nc = common.num_chunks(B * cdiv(N, bn), T, CHUNKS["min_chunk"] if gpu else 4, device,
+                           per_sm=CHUNKS["per_sm"] if gpu else None)
+    if gpu and nc < K + 2:
+        nc = 1
+    chunk = cdiv(T, nc)
+    return bn, cdiv(T, chunk), chunk
 
 
 def _s(x, dims):
@@ -178,16 +328,24 @@ def _plan_fwd(angles, b, scale, gamma, h0):
     K = b.shape[-1]
     if B * T * N * K == 0:
         return lambda angles, b, scale, gamma, h0: b.new_empty((B, T, N, K))
-    bn = _lanes_per_program(B, N, b.device)
-    strides = (*_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3))
-    slot = common.Slot(_fwd_kernel, (B, cdiv(N, bn)), K=K, R=R, BN=bn, HAS_SCALE=scale is not None,
-                       HAS_GAMMA=gamma is not None, HAS_H0=h0 is not None,
-                       I64=needs_int64(angles, b, scale, gamma, torch.empty((B, T, N, K), device="meta")),
-                       num_warps=1 if K <= 4 else 2)
+    bn, nc, chunk = _geometry(B, T, N, K, b.device)
+    grid = (B * nc, cdiv(N, bn))
+    flags = dict(K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None,
+                 I64=needs_int64(angles, b, scale, gamma, torch.empty((B, T, N, K), device="meta")),
+                 num_warps=1 if K <= 4 else 2)
+    strides = (*_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3))
+    summary = common.Slot(_fwd_summary_kernel, grid, **flags) if nc > 1 else None
+    main = common.Slot(_fwd_kernel, grid, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, **flags)
+    main_strides = (*strides, *_s(h0, 3))
 
     def run(angles, b, scale, gamma, h0):
         out = b.new_empty((B, T, N, K))
-        slot(angles, b, scale, gamma, h0, out, B, T, N, *strides)
+        sm = sv = None
+        if summary is not None:  # each chunk's map, which the main pass folds into its carry-in
+            sm = b.new_empty((B, nc, N, K, K), dtype=torch.float32)
+            sv = b.new_empty((B, nc, N, K), dtype=torch.float32)
+            summary(angles, b, scale, gamma, sm, sv, B, T, N, nc, chunk, *strides)
+        main(angles, b, scale, gamma, h0, sm, sv, out, B, T, N, nc, chunk, *main_strides)
         return out
     return run
 
@@ -215,16 +373,25 @@ def _plan_bwd(angles, scale, gamma, h0, out):
             d_angles, d_b, d_scale, d_gamma, d_h0 = outputs(angles, out)
             return d_angles.zero_(), d_b, d_scale.zero_(), d_gamma.zero_(), d_h0.zero_()
         return empty
-    bn = _lanes_per_program(B, N, out.device)
-    strides = (*_s(angles, 5), *_s(scale, 3), *_s(gamma, 3), *_s(h0, 3))
-    slot = common.Slot(_bwd_kernel, (B, cdiv(N, bn)), K=K, R=R, BN=bn, HAS_SCALE=has_scale, HAS_GAMMA=has_gamma,
-                       HAS_H0=has_h0, num_warps=1 if K <= 4 else 2,
-                       I64=needs_int64(angles, scale, gamma, out, torch.empty(out.shape, device="meta"),
-                                       torch.empty(angles.shape, device="meta")))
+    bn, nc, chunk = _geometry(B, T, N, K, out.device)
+    grid = (B * nc, cdiv(N, bn))
+    flags = dict(K=K, R=R, BN=bn, HAS_SCALE=has_scale, HAS_GAMMA=has_gamma, num_warps=1 if K <= 4 else 2,
+                 I64=needs_int64(angles, scale, gamma, out, torch.empty(out.shape, device="meta"),
+                                 torch.empty(angles.shape, device="meta")))
+    strides = (*_s(angles, 5), *_s(scale, 3), *_s(gamma, 3))
+    summary = common.Slot(_bwd_summary_kernel, grid, **flags) if nc > 1 else None
+    main = common.Slot(_bwd_kernel, grid, HAS_H0=has_h0, HAS_CARRY=nc > 1, **flags)
+    main_strides = (*strides, *_s(h0, 3))
 
     def run(angles, scale, gamma, h0, out, g):
         d_angles, d_b, d_scale, d_gamma, d_h0 = outputs(angles, out)
-        slot(angles, scale, gamma, h0, out, g, d_angles, d_b, d_scale, d_gamma, d_h0, B, T, N, *strides)
+        sm = sw = None
+        if summary is not None:  # each chunk's backward map, which the main pass folds into its carry-in
+            sm = out.new_empty((B, nc, N, K, K), dtype=torch.float32)
+            sw = out.new_empty((B, nc, N, K), dtype=torch.float32)
+            summary(angles, scale, gamma, g, sm, sw, B, T, N, nc, chunk, *strides)
+        main(angles, scale, gamma, h0, out, g, sm, sw, d_angles, d_b, d_scale, d_gamma, d_h0, B, T, N, nc, chunk,
+             *main_strides)
         return d_angles, d_b, d_scale, d_gamma, d_h0
     return run
 
