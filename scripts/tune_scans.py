@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining lanes] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections rotation gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining lanes] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -207,6 +207,56 @@ def lanes_sweep(budget, log):
                                       (tuple(dims.items()), direction))
                 log(dict(section="lanes", kernel="generic" if point is None else "lanes", point=point, dims=dims,
                          direction=direction, us=us, rel_err=err))
+
+
+def rotation_sweep(budget, log):
+    """The angle-fused rotation kernels (scankit.triton.rotation_scan; givens.CHUNKS): one walk
+    ("walk": chunking off) against T-chunking at (programs per SM, shortest chunk) points, for
+    Givens k = 8, 3 rounds, and the Rotation mixer's k = 2 (scale and decay), at a training
+    shape and at B = 1, T = 65536 (issue 17's goal 3: per token within 2x of the training
+    shape's), fwd and fwd+bwd device time, each checked against the walk's outputs / grads."""
+    from scankit.triton import givens, rotation_scan
+
+    def inputs(B, T, d, k, R):
+        n = d // k
+        gen = torch.Generator("cuda").manual_seed(0)
+        r = lambda *shape: torch.rand(*shape, device="cuda", generator=gen)  # noqa: E731
+        names = ("scale", "gamma", "h0") if k == 2 else ("gamma", "h0")  # the Rotation mixer's scale: k = 2 only
+        xs = [r(B, T, n, R, k // 2) * 6 - 3, r(B, T, n, k) - 0.5] + ([r(B, T, n)] if k == 2 else []) \
+            + [r(B, T, n) * 0.5 + 0.5, r(B, n, k)]
+        fn = lambda angles, b, *rest: rotation_scan(angles, b, **dict(zip(names, rest)))  # noqa: E731
+        return fn, [x.requires_grad_() for x in xs]
+
+    cells = [((16, 2048, 512, 8, 3), "givens"), ((1, 65536, 512, 8, 3), "givens"), ((64, 256, 512, 2, 1), "rotation"),
+             ((1, 65536, 1024, 2, 1), "rotation")]
+    points = [None, (16, 64), (8, 64), (32, 64), (16, 256)]
+    reference = {}
+    with knobs(givens.CHUNKS):
+        for point in points:
+            if point is None:
+                givens.CHUNKS["min_chunk"] = 1 << 40  # one walk
+            else:
+                givens.CHUNKS.update(per_sm=point[0], min_chunk=point[1])
+            for (dims, name), direction in itertools.product(cells, ("fwd", "fwdbwd")):
+                if time.time() - START > budget:
+                    return
+                scan, xs = inputs(*dims)
+                fn = measure.callable_workload(scan, xs, direction)
+                result = [t.detach().clone() for t in _flat(fn())]
+                key = (dims, direction)
+                err = None
+                if key in reference:
+                    err = max(((a - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
+                              for a, q in zip(result, reference[key]))
+                else:
+                    reference[key] = result
+                us = 1e6 * measure.median_of(measure.device_time(fn))
+                B, T = dims[:2]
+                nc = givens._geometry(B, T, dims[2] // dims[3], dims[3], xs[1].device)[1]
+                log(dict(section="rotation", mixer=name, point=point or "walk", dims=dims, direction=direction, chunks=nc,
+                         us=us, ns_per_token=1e3 * us / (B * T), rel_err=err))
+                del scan, xs, fn, result
+                torch.cuda.empty_cache()
 
 
 def _moved(op, shape, direction):
@@ -550,7 +600,7 @@ def _gated_cells(budget, log, section, dims_list, paths, unfused):
                      direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
-SECTIONS = dict(gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(rotation=rotation_sweep, gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
 
 
