@@ -138,7 +138,11 @@ def _checked_us(op, shape, direction, reference, key):
     dims = shape if isinstance(shape, dict) else None
     xs = (OPS[op].inputs(dims, device="cuda", requires_grad=direction == "fwdbwd") if dims
           else measure.inputs_for(op, shape, direction))
-    fn = measure.workload(op, "triton", direction, xs)
+    return _checked(measure.workload(op, "triton", direction, xs), reference, key)
+
+
+def _checked(fn, reference, key):
+    """``_checked_us`` of any workload ``fn`` (measure.callable_workload)."""
     result = [t.detach().clone() for t in _flat(fn())]  # outputs, or input grads
     err = None
     if key in reference:
@@ -147,7 +151,7 @@ def _checked_us(op, shape, direction, reference, key):
     else:
         reference[key] = result
     us = 1e6 * measure.median_of(measure.device_time(fn))
-    del xs, fn, result
+    del fn, result
     torch.cuda.empty_cache()
     return us, err
 
@@ -241,22 +245,12 @@ def rotation_sweep(budget, log):
                 if time.time() - START > budget:
                     return
                 scan, xs = inputs(*dims)
-                fn = measure.callable_workload(scan, xs, direction)
-                result = [t.detach().clone() for t in _flat(fn())]
-                key = (dims, direction)
-                err = None
-                if key in reference:
-                    err = max(((a - q).abs().max() / q.abs().max().clamp_min(1e-30)).item()
-                              for a, q in zip(result, reference[key]))
-                else:
-                    reference[key] = result
-                us = 1e6 * measure.median_of(measure.device_time(fn))
+                us, err = _checked(measure.callable_workload(scan, xs, direction), reference, (dims, direction))
                 B, T = dims[:2]
                 nc = givens._geometry(B, T, dims[2] // dims[3], dims[3], xs[1].device)[1]
                 log(dict(section="rotation", mixer=name, point=point or "walk", dims=dims, direction=direction, chunks=nc,
                          us=us, ns_per_token=1e3 * us / (B * T), rel_err=err))
-                del scan, xs, fn, result
-                torch.cuda.empty_cache()
+                del scan, xs
 
 
 def _moved(op, shape, direction):

@@ -120,13 +120,26 @@ def _fold(sm_ptr, sv_ptr, x, bi, first, step, count, NC, N, n, nm, i, K: tl.cons
 
 
 @triton.jit
-def _basis(BN: tl.constexpr, K: tl.constexpr, ni, N):
-    """(BN K, K) rows e_c, one per (lane, c), with each row's lane index and mask: the columns
-    of an identity per lane, which a summary pass carries through its chunk's maps."""
+def _summary_lanes(B, N, NC, K: tl.constexpr, BN: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr):
+    """A summary program's batch, chunk, BN lanes (and mask), and (BN K, K) rows e_c, one per
+    (lane, c), with each row's lane index and mask: the columns of an identity per lane, which
+    it carries through its chunk's maps."""
+    bi, ci, ni = program(B * NC, NC, I64, FOLD)
+    n = ni * BN + tl.arange(0, BN)
     rows = tl.arange(0, BN * K)
-    n = ni * BN + rows // K
+    nr = ni * BN + rows // K
     eye = ((rows % K)[:, None] == tl.arange(0, K)[None, :]).to(tl.float32)
-    return eye, n, n < N
+    return bi, ci, n, n < N, eye, nr, nr < N
+
+
+@triton.jit
+def _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, n, nm, nr, nmr, K: tl.constexpr, BN: tl.constexpr):
+    """A chunk's map: its block's columns (rows of ``cols``, as ``_fold`` reads them) and its vector."""
+    i = tl.arange(0, K)
+    slot = (bi * NC + ci) * N
+    tl.store(sm_ptr + (slot + nr)[:, None] * K * K + (tl.arange(0, BN * K) % K)[:, None] * K + i[None, :], cols,
+             mask=nmr[:, None])
+    tl.store(sv_ptr + (slot + n)[:, None] * K + i[None, :], v, mask=nm[:, None])
 
 
 @triton.jit
@@ -138,11 +151,8 @@ def _fwd_summary_kernel(
 ):
     """Each T-chunk's map h -> M h + v (the forward's chunk summary, from h = 0 for v): v walks
     the chunk as the forward does, M's columns walk it from the identity (no b)."""
-    bi, ci, ni = program(B * NC, NC, I64, FOLD)
-    n = ni * BN + tl.arange(0, BN)
+    bi, ci, n, nm, cols, nr, nmr = _summary_lanes(B, N, NC, K, BN, I64, FOLD)
     i = tl.arange(0, K)
-    nm = n < N
-    cols, nr, nmr = _basis(BN, K, ni, N)
     v = tl.zeros((BN, K), tl.float32)
     start = ci * CHUNK
     for t in range(start, tl.minimum(T, start + CHUNK)):
@@ -152,10 +162,7 @@ def _fwd_summary_kernel(
                      other=0.0).to(tl.float32)
         cols = _step(cols, ang_ptr, sc_ptr, gm_ptr, bi, t, nr, nmr, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t,
                      ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
-    slot = (bi * NC + ci) * N
-    tl.store(sm_ptr + (slot + nr)[:, None] * K * K + (tl.arange(0, BN * K) % K)[:, None] * K + i[None, :], cols,
-             mask=nmr[:, None])
-    tl.store(sv_ptr + (slot + n)[:, None] * K + i[None, :], v, mask=nm[:, None])
+    _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, n, nm, nr, nmr, K, BN)
 
 
 @triton.jit
@@ -192,11 +199,8 @@ def _bwd_summary_kernel(
     """Each T-chunk's backward map x -> P x + w: x = dL/dh at the chunk's last step from the
     steps after it, P x + w = dL/dh before its first step; w from the chunk's own grads (x = 0),
     P = A_first^T ... A_last^T (its columns walk the chunk backwards from the identity)."""
-    bi, ci, ni = program(B * NC, NC, I64, FOLD)
-    n = ni * BN + tl.arange(0, BN)
+    bi, ci, n, nm, cols, nr, nmr = _summary_lanes(B, N, NC, K, BN, I64, FOLD)
     i = tl.arange(0, K)
-    nm = n < N
-    cols, nr, nmr = _basis(BN, K, ni, N)
     w = tl.zeros((BN, K), tl.float32)
     start = ci * CHUNK
     end = tl.minimum(T, start + CHUNK)
@@ -208,10 +212,7 @@ def _bwd_summary_kernel(
                     sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
         cols = _step_t(cols, ang_ptr, sc_ptr, gm_ptr, bi, t, nr, nmr, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t,
                        ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
-    slot = (bi * NC + ci) * N
-    tl.store(sm_ptr + (slot + nr)[:, None] * K * K + (tl.arange(0, BN * K) % K)[:, None] * K + i[None, :], cols,
-             mask=nmr[:, None])
-    tl.store(sw_ptr + (slot + n)[:, None] * K + i[None, :], w, mask=nm[:, None])
+    _store_summary(sm_ptr, sw_ptr, cols, w, bi, ci, NC, N, n, nm, nr, nmr, K, BN)
 
 
 @triton.jit
