@@ -17,6 +17,7 @@ or when a kernel of scankit.triton is launched by no shape class here. Not cover
 offset (I64) variants, which need tensors over 2^31 elements.
 """
 import argparse
+import itertools
 import os
 import re
 import subprocess
@@ -89,7 +90,8 @@ def compile_instead_of_launching(seen=None) -> None:
 def _shape_classes():
     """(label, op, args, kwargs) per op, form and shape class: "wide" fills the GPU with
     (batch x tiles) programs (one pass), "narrow" does not (T-chunked / look-back), "short"
-    is a block op below the 2x2 kernels' minimum T; fp32, plus bf16 at "wide"."""
+    is a block op below the 2x2 kernels' minimum T; fp32, plus bf16 at "wide" (the rotations:
+    bf16 at both)."""
     g = torch.Generator().manual_seed(0)
     r = lambda *s, dtype=torch.float32: torch.rand(*s, generator=g).to(dtype)  # noqa: E731
     for cls, (B, T, D) in {"wide": (64, 64, 512), "narrow": (1, 4096, 64)}.items():
@@ -136,10 +138,11 @@ def _shape_classes():
                     dict(h0=h, return_prefix=False, reverse=True)
     # the angle-fused rotations: T-chunked (few lanes, long T: summary passes) and in one walk
     for cls, (B, T, n) in {"narrow": (1, 4096, 8), "wide": (64, 64, 64)}.items():
-        for k in (2, 4, 8, 16):
+        for k, dtype in itertools.product((2, 4, 8, 16), (torch.float32, torch.bfloat16)):
             R = 2
-            yield f"rotation_scan k{k} {cls}", "rotation_scan", (r(B, T, n, R, k // 2), r(B, T, n, k)), \
-                dict(scale=r(B, T, n) if k == 2 else None, gamma=r(B, T, n), h0=r(B, n, k))
+            yield f"rotation_scan k{k} {cls} {dtype}", "rotation_scan", \
+                (r(B, T, n, R, k // 2, dtype=dtype), r(B, T, n, k, dtype=dtype)), \
+                dict(scale=r(B, T, n, dtype=dtype) if k == 2 else None, gamma=r(B, T, n, dtype=dtype), h0=r(B, n, k, dtype=dtype))
 
 
 def resources(cubin: bytes) -> tuple[int, int]:
@@ -214,7 +217,7 @@ def main():
                 out = getattr(kernels, op)(*xs, **kw)
                 outs = out if isinstance(out, tuple) else (out,)
                 torch.autograd.backward(outs, [torch.zeros_like(o) for o in outs])
-            except triton.compiler.errors.CompilationError as exc:
+            except (triton.compiler.errors.CompilationError, RuntimeError) as exc:  # RuntimeError: an MLIR pass failed
                 print(f"FAILED {label} (look-back {mode}): {exc}", file=sys.stderr)
                 return 1
     defined = {f"{m.__name__.rsplit('.', 1)[-1]}.{name}" for m in (elementwise, affine, givens)
