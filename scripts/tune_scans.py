@@ -215,10 +215,11 @@ def lanes_sweep(budget, log):
 
 def rotation_sweep(budget, log):
     """The angle-fused rotation kernels (scankit.triton.rotation_scan; givens.CHUNKS): one walk
-    ("walk": chunking off) against T-chunking at (programs per SM, shortest chunk) points, for
-    Givens k = 8, 3 rounds, and the Rotation mixer's k = 2 (scale and decay), at a training
-    shape and at B = 1, T = 65536 (issue 17's goal 3: per token within 2x of the training
-    shape's), fwd and fwd+bwd device time, each checked against the walk's outputs / grads."""
+    ("walk": chunking off) against T-chunking at (elements per program, programs per SM, shortest
+    chunk) points, for Givens k = 8, 3 rounds, and the Rotation mixer's k = 2
+    (scale and decay), at the grid's large and vlong shapes (issue 17's goal 3: vlong's time per
+    token within 2x of large's), fwd and fwd+bwd device time, each checked against the walk's
+    outputs / grads."""
     from scankit.triton import givens, rotation_scan
 
     def inputs(B, T, d, k, R):
@@ -231,24 +232,26 @@ def rotation_sweep(budget, log):
         fn = lambda angles, b, *rest: rotation_scan(angles, b, **dict(zip(names, rest)))  # noqa: E731
         return fn, [x.requires_grad_() for x in xs]
 
-    cells = [((16, 2048, 512, 8, 3), "givens"), ((1, 65536, 512, 8, 3), "givens"), ((64, 256, 512, 2, 1), "rotation"),
-             ((1, 65536, 1024, 2, 1), "rotation")]
-    points = [None, (16, 64), (8, 64), (32, 64), (16, 256)]
+    cells = [((32, 4096, 1024, 8, 3), "givens"), ((1, 65536, 1024, 8, 3), "givens"),  # the grid's large and vlong
+             ((32, 4096, 1024, 2, 1), "rotation"), ((1, 65536, 1024, 2, 1), "rotation"),
+             ((16, 2048, 512, 8, 3), "givens"), ((64, 256, 512, 2, 1), "rotation")]  # issue 17's layer shape, a short-T batch
+    # (elems, per_sm, min_chunk): the walk, givens.CHUNKS, then its neighbours
+    points = [None, (64, 24, 64), (32, 24, 64), (128, 24, 64), (64, 16, 64), (64, 32, 64), (64, 24, 32)]
     reference = {}
     with knobs(givens.CHUNKS):
         for point in points:
             if point is None:
                 givens.CHUNKS["min_chunk"] = 1 << 40  # one walk
             else:
-                givens.CHUNKS.update(per_sm=point[0], min_chunk=point[1])
+                givens.CHUNKS.update(zip(("elems", "per_sm", "min_chunk"), point))
             for (dims, name), direction in itertools.product(cells, ("fwd", "fwdbwd")):
                 if time.time() - START > budget:
                     return
                 scan, xs = inputs(*dims)
                 us, err = _checked(measure.callable_workload(scan, xs, direction), reference, (dims, direction))
                 B, T = dims[:2]
-                nc = givens._geometry(B, T, dims[2] // dims[3], dims[3], xs[1].device)[1]
-                log(dict(section="rotation", mixer=name, point=point or "walk", dims=dims, direction=direction, chunks=nc,
+                bn, nc, _ = givens._geometry(B, T, dims[2] // dims[3], dims[3], xs[1].device)
+                log(dict(section="rotation", mixer=name, point=point or "walk", dims=dims, direction=direction, lanes=bn, chunks=nc,
                          us=us, ns_per_token=1e3 * us / (B * T), rel_err=err))
                 del scan, xs
 

@@ -281,25 +281,33 @@ def _lanes_per_program(B: int, N: int, device) -> int:
     return min(bn, next_pow2(N))
 
 
-# T-chunking where the lanes alone do not fill the device (few batches and blocks, long T: a
-# B = 1 prefill walked T steps on a handful of lanes): a summary pass per direction forms each
-# chunk's map (a k x k block per lane from its columns walked through the chunk: k + 1 walks'
-# work) and the main pass folds the chunks before (after, backward) into its carry. On the GPU
-# T is chunked only into at least k + 2 chunks: with fewer, the summaries' k + 1 walks cost more
-# than the walk they split where the device is busy (so the training shapes, whose lanes nearly
-# fill it, keep one walk). "min_chunk": the shortest chunk; "per_sm": the programs per SM that
-# chunking aims at. Not yet tuned on a GPU.
-CHUNKS = common.Knobs({"min_chunk": 64, "per_sm": 16})
+# T-chunking. Each step of a walk waits on its loads (one memory round trip: latency-bound,
+# far below the bandwidth), so a walk of T steps on few lanes (a B = 1 prefill) or on lanes
+# that only just fill the device (the training shapes) is slow however few its bytes. Chunked,
+# a summary pass per direction forms each chunk's map (a k x k block per lane from its columns
+# walked through the chunk) and the main pass folds the chunks before (after, backward) into
+# its carry: two walks of T / chunks steps instead of one of T. On the GPU a chunked program
+# takes "elems" // k lanes (a fuller tile costs a latency-bound step nothing) and T is cut
+# into chunks of at least "min_chunk" steps until the programs reach "per_sm" per SM. The
+# summaries walk k + 1 vectors a lane (k x k FMAs each per rotation round): where the device
+# is busy they cost more than the walk they split, so T is chunked only into k + 2 chunks or
+# more, else one walk (with _lanes_per_program's lanes). Tuned on the H100 (tune_scans.py
+# --sections rotation; NOTES.md, session 28): 64 elements a program and 24 programs per SM
+# (below the 32 resident blocks an SM holds) beat 8..256 and 16; min_chunk made no difference.
+CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 64})
 
 
 def _geometry(B: int, T: int, N: int, K: int, device) -> tuple[int, int, int]:
     """(lanes per program, chunks, chunk length) of the rotation kernels."""
-    bn = _lanes_per_program(B, N, device)
-    gpu = common.on_gpu(device)
-    nc = common.num_chunks(B * cdiv(N, bn), T, CHUNKS["min_chunk"] if gpu else 4, device,
-                           per_sm=CHUNKS["per_sm"] if gpu else None)
-    if gpu and nc < K + 2:
-        nc = 1
+    if common.on_gpu(device):
+        bn = min(max(1, CHUNKS["elems"] // K), next_pow2(N))
+        want = cdiv(target_programs(device, per_sm=CHUNKS["per_sm"]), B * cdiv(N, bn))
+        nc = min(want, T // CHUNKS["min_chunk"])
+        if nc < K + 2:
+            bn, nc = _lanes_per_program(B, N, device), 1
+    else:  # the interpreter: chunked at small shapes, so the tests walk the chunked kernels
+        bn = _lanes_per_program(B, N, device)
+        nc = common.num_chunks(B * cdiv(N, bn), T, 4, device)
     chunk = cdiv(T, nc)
     return bn, cdiv(T, chunk), chunk
 
