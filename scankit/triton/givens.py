@@ -293,8 +293,8 @@ def _lanes_per_program(B: int, N: int, device) -> int:
 # is busy they cost more than the walk they split, so T is chunked only into k + 2 chunks or
 # more, else one walk (with _lanes_per_program's lanes). Tuned on the H100 (tune_scans.py
 # --sections rotation; NOTES.md, session 28): 64 elements a program and 24 programs per SM
-# (below the 32 resident blocks an SM holds) beat 8..256 and 16; min_chunk made no difference.
-CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 64})
+# (below the 32 resident blocks an SM holds) beat 8..256 and 16, 32; min_chunk 32 helps short T.
+CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 32})
 
 
 def _geometry(B: int, T: int, N: int, K: int, device) -> tuple[int, int, int]:
