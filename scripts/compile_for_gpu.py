@@ -91,7 +91,7 @@ def _shape_classes():
     """(label, op, args, kwargs) per op, form and shape class: "wide" fills the GPU with
     (batch x tiles) programs (one pass), "narrow" does not (T-chunked / look-back), "short"
     is a block op below the 2x2 kernels' minimum T; fp32, plus bf16 at "wide" (the rotations:
-    bf16 at "narrow")."""
+    bf16 at both)."""
     g = torch.Generator().manual_seed(0)
     r = lambda *s, dtype=torch.float32: torch.rand(*s, generator=g).to(dtype)  # noqa: E731
     for cls, (B, T, D) in {"wide": (64, 64, 512), "narrow": (1, 4096, 64)}.items():
@@ -138,10 +138,7 @@ def _shape_classes():
                     dict(h0=h, return_prefix=False, reverse=True)
     # the angle-fused rotations: T-chunked (few lanes, long T: summary passes) and in one walk
     for cls, (B, T, n) in {"narrow": (1, 4096, 8), "wide": (64, 64, 64)}.items():
-        # bf16 "wide" (the backward at BN x k >= 32) fails in Triton 3.6's layout pass (NOTES.md,
-        # session 28): its fix, experiments/pending/rotation-geometry.patch, adds that class back
-        dtypes = (torch.float32, torch.bfloat16) if cls == "narrow" else (torch.float32,)
-        for k, dtype in itertools.product((2, 4, 8, 16), dtypes):
+        for k, dtype in itertools.product((2, 4, 8, 16), (torch.float32, torch.bfloat16)):
             R = 2
             yield f"rotation_scan k{k} {cls} {dtype}", "rotation_scan", \
                 (r(B, T, n, R, k // 2, dtype=dtype), r(B, T, n, k, dtype=dtype)), \

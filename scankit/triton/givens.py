@@ -23,28 +23,28 @@ from .lang import idx, program, when
 @triton.jit
 def _round_tables(K: tl.constexpr, PAR: tl.constexpr):
     """Per row i of round parity PAR: its pair index, whether it is the pair's first row,
-    the (K, K) partner selector and the sign of the partner term."""
+    its partner row and the sign of the partner term."""
     i = tl.arange(0, K)
     first = (i % 2) == PAR
     partner = tl.where(first, (i + 1) % K, (i + K - 1) % K)
     pair = ((i + K - PAR) % K) // 2
-    select = (tl.arange(0, K)[None, :] == partner[:, None]).to(tl.float32)
     sign = tl.where(first, -1.0, 1.0)
-    return first, pair, select, sign
+    return first, pair, partner, sign
 
 
 @triton.jit
-def _partner(h, select):
-    """h[:, partner(i)] for a (BN, K) tile."""
-    return tl.sum(h[:, None, :] * select[None, :, :], axis=2)
+def _partner(h, partner):
+    """h[:, partner(i)] for a (BN, K) tile (a gather along its rows: no (BN, K, K) product,
+    whose layouts Triton 3.6's layout pass failed on in the bf16 backward)."""
+    return tl.gather(h, tl.broadcast_to(partner[None, :], h.shape), axis=1)
 
 
 @triton.jit
 def _rotate(u, ang_ptr, base, r, s_r, s_p, mask, K: tl.constexpr, PAR: tl.constexpr):
     """Round r (parity PAR) of plane rotations on (BN, K) rows u, from the angles."""
-    first, pair, select, sign = _round_tables(K, PAR)
+    first, pair, partner, sign = _round_tables(K, PAR)
     c, s = _angles(ang_ptr, base, pair, r, s_r, s_p, mask)
-    return c * u + sign[None, :] * s * _partner(u, select)
+    return c * u + sign[None, :] * s * _partner(u, partner)
 
 
 @triton.jit
@@ -95,9 +95,9 @@ def _step_t(du, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r
     base = bi * sa_b + t * sa_t + n * sa_n
     for rr in tl.static_range(R):
         r = R - 1 - rr
-        first, pair, select, sign = _round_tables(K, r % 2)
+        first, pair, partner, sign = _round_tables(K, r % 2)
         c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
-        du = c * du - sign[None, :] * s * _partner(du, select)
+        du = c * du - sign[None, :] * s * _partner(du, partner)
     if HAS_SCALE:
         sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
         du = tl.where(i[None, :] == 1, du * sc[:, None], du)
@@ -255,14 +255,14 @@ def _bwd_kernel(
             du = du * gm[:, None]
         for rr in tl.static_range(R):  # undo them, last round first
             r = R - 1 - rr
-            first, pair, select, sign = _round_tables(K, r % 2)
+            first, pair, partner, sign = _round_tables(K, r % 2)
             c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
-            cross = u * _partner(du, select)               # u'_i du'_j
-            dth = cross - _partner(cross, select)          # at a pair's first row: u'_i du'_j - u'_j du'_i
+            cross = u * _partner(du, partner)               # u'_i du'_j
+            dth = cross - _partner(cross, partner)          # at a pair's first row: u'_i du'_j - u'_j du'_i
             d_off = (side + t * N)[:, None] * (R * (K // 2)) + r * (K // 2) + pair[None, :]
             tl.store(dang_ptr + d_off, dth.to(dang_ptr.dtype.element_ty), mask=m2 & first[None, :])
-            du = c * du - sign[None, :] * s * _partner(du, select)   # G_r^T du (angles already loaded)
-            u = c * u - sign[None, :] * s * _partner(u, select)      # G_r^T u
+            du = c * du - sign[None, :] * s * _partner(du, partner)   # G_r^T du (angles already loaded)
+            u = c * u - sign[None, :] * s * _partner(u, partner)      # G_r^T u
         if HAS_SCALE:
             dsc = tl.sum(tl.where(i[None, :] == 1, du * hp, 0.0), axis=1)
             tl.store(dsc_ptr + side + t * N, dsc.to(dsc_ptr.dtype.element_ty), mask=nm)
