@@ -21,10 +21,9 @@ from .lang import idx, program, when
 
 
 @triton.jit
-def _round_tables(K: tl.constexpr, PAR: tl.constexpr):
-    """Per row i of round parity PAR: its pair index, whether it is the pair's first row,
-    its partner row and the sign of the partner term."""
-    i = tl.arange(0, K)
+def _round_tables(i, K: tl.constexpr, PAR: tl.constexpr):
+    """Per column i (a tensor of column indices, any shape) in a round of parity PAR: whether
+    it is its pair's first row, its pair index, its partner row and the sign of the partner term."""
     first = (i % 2) == PAR
     partner = tl.where(first, (i + 1) % K, (i + K - 1) % K)
     pair = ((i + K - PAR) % K) // 2
@@ -34,34 +33,41 @@ def _round_tables(K: tl.constexpr, PAR: tl.constexpr):
 
 @triton.jit
 def _partner(h, partner):
-    """h[:, partner(i)] for a (BN, K) tile (a gather along its rows: no (BN, K, K) product,
-    whose layouts Triton 3.6's layout pass failed on in the bf16 backward)."""
-    return tl.gather(h, tl.broadcast_to(partner[None, :], h.shape), axis=1)
-
-
-@triton.jit
-def _rotate(u, ang_ptr, base, r, s_r, s_p, mask, K: tl.constexpr, PAR: tl.constexpr):
-    """Round r (parity PAR) of plane rotations on (BN, K) rows u, from the angles."""
-    first, pair, partner, sign = _round_tables(K, PAR)
-    c, s = _angles(ang_ptr, base, pair, r, s_r, s_p, mask)
-    return c * u + sign[None, :] * s * _partner(u, partner)
+    """h[..., partner(i)] (a gather along the last axis: no (BN, K, K) product, whose layouts
+    Triton 3.6's layout pass failed on in the bf16 backward)."""
+    return tl.gather(h, tl.broadcast_to(partner, h.shape), axis=-1)
 
 
 @triton.jit
 def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
-    th = tl.load(ang_ptr + base[:, None] + r * s_r + pair[None, :] * s_p, mask=mask, other=0.0).to(tl.float32)
+    """cos and sin of round r's angles: ``base`` per lane, ``pair`` per column, shaped to broadcast."""
+    th = tl.load(ang_ptr + base + r * s_r + pair * s_p, mask=mask, other=0.0).to(tl.float32)
     return tl.cos(th), tl.sin(th)
+
+
+@triton.jit
+def _rotate(u, ang_ptr, base, r, s_r, s_p, mask, i, K: tl.constexpr, PAR: tl.constexpr):
+    """Round r (parity PAR) of plane rotations on vectors u (last axis i), from the angles."""
+    first, pair, partner, sign = _round_tables(i, K, PAR)
+    c, s = _angles(ang_ptr, base, pair, r, s_r, s_p, mask)
+    return c * u + sign * s * _partner(u, partner)
+
+
+@triton.jit
+def _block(B, N, NC, BN: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr):
+    """This program's batch index, T-chunk and BN block lanes (and their mask) on the grid
+    (B x NC chunks, block tiles)."""
+    bi, ci, ni = program(B * NC, NC, I64, FOLD)
+    n = ni * BN + tl.arange(0, BN)
+    return bi, ci, n, n < N
 
 
 @triton.jit
 def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K: tl.constexpr, BN: tl.constexpr, HAS_H0: tl.constexpr,
            I64: tl.constexpr, FOLD: tl.constexpr):
-    """This program's batch index, T-chunk, its BN block lanes (and mask) and their h_0 (zeros
-    if none) on the grid (B x NC chunks, block tiles)."""
-    bi, ci, ni = program(B * NC, NC, I64, FOLD)
-    n = ni * BN + tl.arange(0, BN)
+    """``_block``'s program with the column index and the lanes' h_0 (zeros if none)."""
+    bi, ci, n, nm = _block(B, N, NC, BN, I64, FOLD)
     i = tl.arange(0, K)
-    nm = n < N
     h0 = tl.zeros((BN, K), tl.float32)
     if HAS_H0:
         h0 = tl.load(h0_ptr + bi * sh_b + n[:, None] * sh_n + i[None, :] * sh_i, mask=nm[:, None], other=0.0)
@@ -70,38 +76,47 @@ def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K: tl.constexpr, BN: tl.constexpr
 
 
 @triton.jit
-def _step(u, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
-          sg_b, sg_t, sg_n, K: tl.constexpr, R: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr):
-    """A_t u = gamma_t G_{R-1} ... G_0 S_t u for (rows, K) vectors u, row r of lane n[r]."""
-    m2 = nm[:, None]
+def _step(u, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
+          sg_b, sg_t, sg_n, K: tl.constexpr, R: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
+          COLS: tl.constexpr, TRANSPOSE: tl.constexpr):
+    """A_t u = gamma_t G_{R-1} ... G_0 S_t u (A_t^T u if TRANSPOSE) for vectors u along the last
+    axis (column index i); ``lane`` and its mask ``lm`` index u's lanes, shaped to broadcast
+    against it. With COLS also A_t (A_t^T) of ``cols``, each lane's (K, K) columns, from the
+    same loads: a step's angles are loaded and their cos / sin taken once for both."""
     if HAS_SCALE:
-        sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
-        u = tl.where(i[None, :] == 1, u * sc[:, None], u)
-    base = bi * sa_b + t * sa_t + n * sa_n
-    for r in tl.static_range(R):
-        u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, K, r % 2)
+        sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + lane * ss_n, mask=lm, other=1.0).to(tl.float32)
     if HAS_GAMMA:
-        u = u * tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)[:, None]
-    return u
-
-
-@triton.jit
-def _step_t(du, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
-            sg_b, sg_t, sg_n, K: tl.constexpr, R: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr):
-    """A_t^T du = S_t G_0^T ... G_{R-1}^T gamma_t du for (rows, K) vectors, row r of lane n[r]."""
-    m2 = nm[:, None]
-    if HAS_GAMMA:
-        du = du * tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)[:, None]
-    base = bi * sa_b + t * sa_t + n * sa_n
+        gm = tl.load(gm_ptr + bi * sg_b + t * sg_t + lane * sg_n, mask=lm, other=1.0).to(tl.float32)
+    if HAS_SCALE and not TRANSPOSE:  # S_t first
+        u = tl.where(i == 1, u * sc, u)
+        if COLS:
+            cols = tl.where(i == 1, cols * sc, cols)
+    if HAS_GAMMA and TRANSPOSE:  # gamma_t first
+        u = u * gm
+        if COLS:
+            cols = cols * gm
+    base = bi * sa_b + t * sa_t + lane * sa_n
     for rr in tl.static_range(R):
-        r = R - 1 - rr
-        first, pair, partner, sign = _round_tables(K, r % 2)
-        c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
-        du = c * du - sign[None, :] * s * _partner(du, partner)
-    if HAS_SCALE:
-        sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
-        du = tl.where(i[None, :] == 1, du * sc[:, None], du)
-    return du
+        r = rr
+        if TRANSPOSE:  # G_r^T, last round first
+            r = R - 1 - rr
+        first, pair, partner, sign = _round_tables(i, K, r % 2)
+        c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, lm)
+        s = sign * s
+        if TRANSPOSE:
+            s = -s
+        u = c * u + s * _partner(u, partner)
+        if COLS:
+            cols = c * cols + s * _partner(cols, partner)
+    if HAS_GAMMA and not TRANSPOSE:
+        u = u * gm
+        if COLS:
+            cols = cols * gm
+    if HAS_SCALE and TRANSPOSE:
+        u = tl.where(i == 1, u * sc, u)
+        if COLS:
+            cols = tl.where(i == 1, cols * sc, cols)
+    return u, cols
 
 
 @triton.jit
@@ -120,26 +135,23 @@ def _fold(sm_ptr, sv_ptr, x, bi, first, step, count, NC, N, n, nm, i, K: tl.cons
 
 
 @triton.jit
-def _summary_lanes(B, N, NC, K: tl.constexpr, BN: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr):
-    """A summary program's batch, chunk, BN lanes (and mask), and (BN K, K) rows e_c, one per
-    (lane, c), with each row's lane index and mask: the columns of an identity per lane, which
-    it carries through its chunk's maps."""
-    bi, ci, ni = program(B * NC, NC, I64, FOLD)
-    n = ni * BN + tl.arange(0, BN)
-    rows = tl.arange(0, BN * K)
-    nr = ni * BN + rows // K
-    eye = ((rows % K)[:, None] == tl.arange(0, K)[None, :]).to(tl.float32)
-    return bi, ci, n, n < N, eye, nr, nr < N
+def _summary_start(B, N, NC, K: tl.constexpr, BN: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr):
+    """A summary program's block and lanes, shaped (BN, 1, 1) with their mask; the column index
+    (1, 1, K); its vector (BN, 1, K) zeros and its columns (BN, K, K), an identity per lane,
+    which it carries through its chunk's maps."""
+    bi, ci, n, nm = _block(B, N, NC, BN, I64, FOLD)
+    i = tl.arange(0, K)[None, None, :]
+    eye = (tl.arange(0, K)[None, :, None] == i).to(tl.float32)
+    cols = tl.zeros((BN, K, K), tl.float32) + eye
+    return bi, ci, n[:, None, None], nm[:, None, None], i, tl.zeros((BN, 1, K), tl.float32), cols
 
 
 @triton.jit
-def _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, n, nm, nr, nmr, K: tl.constexpr, BN: tl.constexpr):
-    """A chunk's map: its block's columns (rows of ``cols``, as ``_fold`` reads them) and its vector."""
-    i = tl.arange(0, K)
-    slot = (bi * NC + ci) * N
-    tl.store(sm_ptr + (slot + nr)[:, None] * K * K + (tl.arange(0, BN * K) % K)[:, None] * K + i[None, :], cols,
-             mask=nmr[:, None])
-    tl.store(sv_ptr + (slot + n)[:, None] * K + i[None, :], v, mask=nm[:, None])
+def _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, lane, lm, i, K: tl.constexpr):
+    """A chunk's map: its lanes' (K, K) columns (as ``_fold`` reads them) and its vector."""
+    slot = (bi * NC + ci) * N + lane
+    tl.store(sm_ptr + slot * K * K + tl.arange(0, K)[None, :, None] * K + i, cols, mask=lm)
+    tl.store(sv_ptr + slot * K + i, v, mask=lm)
 
 
 @triton.jit
@@ -151,18 +163,13 @@ def _fwd_summary_kernel(
 ):
     """Each T-chunk's map h -> M h + v (the forward's chunk summary, from h = 0 for v): v walks
     the chunk as the forward does, M's columns walk it from the identity (no b)."""
-    bi, ci, n, nm, cols, nr, nmr = _summary_lanes(B, N, NC, K, BN, I64, FOLD)
-    i = tl.arange(0, K)
-    v = tl.zeros((BN, K), tl.float32)
+    bi, ci, lane, lm, i, v, cols = _summary_start(B, N, NC, K, BN, I64, FOLD)
     start = ci * CHUNK
     for t in range(start, tl.minimum(T, start + CHUNK)):
-        v = _step(v, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
-                  sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
-        v += tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=nm[:, None],
-                     other=0.0).to(tl.float32)
-        cols = _step(cols, ang_ptr, sc_ptr, gm_ptr, bi, t, nr, nmr, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t,
-                     ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
-    _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, n, nm, nr, nmr, K, BN)
+        v, cols = _step(v, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, sa_b, sa_t, sa_n, sa_r, sa_p,
+                        ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, False)
+        v += tl.load(b_ptr + bi * sb_b + t * sb_t + lane * sb_n + i * sb_i, mask=lm, other=0.0).to(tl.float32)
+    _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, lane, lm, i, K)
 
 
 @triton.jit
@@ -182,8 +189,8 @@ def _fwd_kernel(
     out_rows = (bi * T * N + n[:, None]) * K + i[None, :]
     start = ci * CHUNK
     for t in range(start, tl.minimum(T, start + CHUNK)):
-        u = _step(h, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
-                  sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
+        u, _ = _step(h, h, ang_ptr, sc_ptr, gm_ptr, bi, t, n[:, None], m2, i[None, :], sa_b, sa_t, sa_n, sa_r, sa_p,
+                     ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, False, False)
         bt = tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=m2, other=0.0)
         h = u + bt.to(tl.float32)
         tl.store(out_ptr + out_rows + t * N * K, h.to(out_ptr.dtype.element_ty), mask=m2)
@@ -199,20 +206,16 @@ def _bwd_summary_kernel(
     """Each T-chunk's backward map x -> P x + w: x = dL/dh at the chunk's last step from the
     steps after it, P x + w = dL/dh before its first step; w from the chunk's own grads (x = 0),
     P = A_first^T ... A_last^T (its columns walk the chunk backwards from the identity)."""
-    bi, ci, n, nm, cols, nr, nmr = _summary_lanes(B, N, NC, K, BN, I64, FOLD)
-    i = tl.arange(0, K)
-    w = tl.zeros((BN, K), tl.float32)
+    bi, ci, lane, lm, i, w, cols = _summary_start(B, N, NC, K, BN, I64, FOLD)
     start = ci * CHUNK
     end = tl.minimum(T, start + CHUNK)
-    rows = (bi * T * N + n[:, None]) * K + i[None, :]
+    rows = (bi * T * N + lane) * K + i
     for j in range(0, end - start):
         t = end - 1 - j
-        w += tl.load(g_ptr + rows + t * N * K, mask=nm[:, None], other=0.0).to(tl.float32)
-        w = _step_t(w, ang_ptr, sc_ptr, gm_ptr, bi, t, n, nm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
-                    sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
-        cols = _step_t(cols, ang_ptr, sc_ptr, gm_ptr, bi, t, nr, nmr, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t,
-                       ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA)
-    _store_summary(sm_ptr, sw_ptr, cols, w, bi, ci, NC, N, n, nm, nr, nmr, K, BN)
+        w += tl.load(g_ptr + rows + t * N * K, mask=lm, other=0.0).to(tl.float32)
+        w, cols = _step(w, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, sa_b, sa_t, sa_n, sa_r, sa_p,
+                        ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, True)
+    _store_summary(sm_ptr, sw_ptr, cols, w, bi, ci, NC, N, lane, lm, i, K)
 
 
 @triton.jit
@@ -227,7 +230,7 @@ def _bwd_kernel(
     after it pass back (their backward summaries folded, HAS_CARRY)."""
     bi, ci, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K, BN, HAS_H0, I64, FOLD)
     T = idx(T, I64)
-    m2 = nm[:, None]
+    m2, i2 = nm[:, None], i[None, :]
     rows = (bi * T * N + n[:, None]) * K + i[None, :]   # contiguous (B, T, n, K) at t = 0
     side = bi * T * N + n                                # contiguous (B, T, n) at t = 0
     carry = tl.zeros((BN, K), tl.float32)                # dL/dh_t through h_{t+1}
@@ -245,9 +248,9 @@ def _bwd_kernel(
         if HAS_SCALE:
             sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
             u = tl.where(i[None, :] == 1, u * sc[:, None], u)
-        base = bi * sa_b + t * sa_t + n * sa_n
+        base = (bi * sa_b + t * sa_t + n * sa_n)[:, None]
         for r in tl.static_range(R):  # recompute the step's rotations
-            u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, K, r % 2)
+            u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, i2, K, r % 2)
         du = gh
         if HAS_GAMMA:
             gm = tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)
@@ -255,14 +258,14 @@ def _bwd_kernel(
             du = du * gm[:, None]
         for rr in tl.static_range(R):  # undo them, last round first
             r = R - 1 - rr
-            first, pair, partner, sign = _round_tables(K, r % 2)
+            first, pair, partner, sign = _round_tables(i2, K, r % 2)
             c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
             cross = u * _partner(du, partner)               # u'_i du'_j
             dth = cross - _partner(cross, partner)          # at a pair's first row: u'_i du'_j - u'_j du'_i
-            d_off = (side + t * N)[:, None] * (R * (K // 2)) + r * (K // 2) + pair[None, :]
-            tl.store(dang_ptr + d_off, dth.to(dang_ptr.dtype.element_ty), mask=m2 & first[None, :])
-            du = c * du - sign[None, :] * s * _partner(du, partner)   # G_r^T du (angles already loaded)
-            u = c * u - sign[None, :] * s * _partner(u, partner)      # G_r^T u
+            d_off = (side + t * N)[:, None] * (R * (K // 2)) + r * (K // 2) + pair
+            tl.store(dang_ptr + d_off, dth.to(dang_ptr.dtype.element_ty), mask=m2 & first)
+            du = c * du - sign * s * _partner(du, partner)   # G_r^T du (angles already loaded)
+            u = c * u - sign * s * _partner(u, partner)      # G_r^T u
         if HAS_SCALE:
             dsc = tl.sum(tl.where(i[None, :] == 1, du * hp, 0.0), axis=1)
             tl.store(dsc_ptr + side + t * N, dsc.to(dsc_ptr.dtype.element_ty), mask=nm)
@@ -289,7 +292,8 @@ def _lanes_per_program(B: int, N: int, device) -> int:
 # its carry: two walks of T / chunks steps instead of one of T. On the GPU a chunked program
 # takes "elems" // k lanes (a fuller tile costs a latency-bound step nothing) and T is cut
 # into chunks of at least "min_chunk" steps until the programs reach "per_sm" per SM. The
-# summaries walk k + 1 vectors a lane (k x k FMAs each per rotation round): where the device
+# summaries walk k + 1 vectors a lane (the step's angles loaded and their cos / sin taken
+# once for all of them, but (k + 1) x k FMAs per rotation round): where the device
 # is busy they cost more than the walk they split, so T is chunked only into k + 2 chunks or
 # more, else one walk (with _lanes_per_program's lanes). Tuned on the H100 (tune_scans.py
 # --sections rotation; NOTES.md, session 28): 64 elements a program and 24 programs per SM
