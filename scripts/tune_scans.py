@@ -236,7 +236,10 @@ def rotation_sweep(budget, log):
              ((32, 4096, 1024, 2, 1), "rotation"), ((1, 65536, 1024, 2, 1), "rotation"),
              ((16, 2048, 512, 8, 3), "givens"), ((64, 256, 512, 2, 1), "rotation")]  # issue 17's layer shape, a short-T batch
     # (elems, per_sm, min_chunk): the walk, givens.CHUNKS, then its neighbours
-    points = [None, (64, 24, 64), (32, 24, 64), (128, 24, 64), (64, 16, 64), (64, 32, 64), (64, 24, 32)]
+    adopted = tuple(givens.CHUNKS[name] for name in ("elems", "per_sm", "min_chunk"))
+    points = [None, adopted] + [tuple(value // 2 if j == axis else value for j, value in enumerate(adopted))
+                                for axis in range(3)] + [tuple(value * 2 if j == axis else value for j, value in
+                                                               enumerate(adopted)) for axis in range(3)]
     reference = {}
     with knobs(givens.CHUNKS):
         for point in points:
