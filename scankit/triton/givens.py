@@ -46,14 +46,6 @@ def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
 
 
 @triton.jit
-def _rotate(u, ang_ptr, base, r, s_r, s_p, mask, i, K: tl.constexpr, PAR: tl.constexpr):
-    """Round r (parity PAR) of plane rotations on vectors u (last axis i), from the angles."""
-    first, pair, partner, sign = _round_tables(i, K, PAR)
-    c, s = _angles(ang_ptr, base, pair, r, s_r, s_p, mask)
-    return c * u + sign * s * _partner(u, partner)
-
-
-@triton.jit
 def _block(B, N, NC, BN: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr):
     """This program's batch index, T-chunk and BN block lanes (and their mask) on the grid
     (B x NC chunks, block tiles)."""
@@ -249,8 +241,12 @@ def _bwd_kernel(
             sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + n * ss_n, mask=nm, other=1.0).to(tl.float32)
             u = tl.where(i[None, :] == 1, u * sc[:, None], u)
         base = (bi * sa_b + t * sa_t + n * sa_n)[:, None]
+        cs = ()  # each round's (cos, sign x sin), the last round's first: the undo's order
         for r in tl.static_range(R):  # recompute the step's rotations
-            u = _rotate(u, ang_ptr, base, r, sa_r, sa_p, m2, i2, K, r % 2)
+            first, pair, partner, sign = _round_tables(i2, K, r % 2)
+            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
+            cs = (c, sign * s) + cs
+            u = c * u + sign * s * _partner(u, partner)
         du = gh
         if HAS_GAMMA:
             gm = tl.load(gm_ptr + bi * sg_b + t * sg_t + n * sg_n, mask=nm, other=1.0).to(tl.float32)
@@ -259,13 +255,13 @@ def _bwd_kernel(
         for rr in tl.static_range(R):  # undo them, last round first
             r = R - 1 - rr
             first, pair, partner, sign = _round_tables(i2, K, r % 2)
-            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
+            c, s = cs[2 * rr], cs[2 * rr + 1]
             cross = u * _partner(du, partner)               # u'_i du'_j
             dth = cross - _partner(cross, partner)          # at a pair's first row: u'_i du'_j - u'_j du'_i
             d_off = (side + t * N)[:, None] * (R * (K // 2)) + r * (K // 2) + pair
             tl.store(dang_ptr + d_off, dth.to(dang_ptr.dtype.element_ty), mask=m2 & first)
-            du = c * du - sign * s * _partner(du, partner)   # G_r^T du (angles already loaded)
-            u = c * u - sign * s * _partner(u, partner)      # G_r^T u
+            du = c * du - s * _partner(du, partner)   # G_r^T du
+            u = c * u - s * _partner(u, partner)      # G_r^T u
         if HAS_SCALE:
             dsc = tl.sum(tl.where(i[None, :] == 1, du * hp, 0.0), axis=1)
             tl.store(dsc_ptr + side + t * N, dsc.to(dsc_ptr.dtype.element_ty), mask=nm)
