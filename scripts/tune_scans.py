@@ -234,19 +234,21 @@ def rotation_sweep(budget, log):
 
     cells = [((32, 4096, 1024, 8, 3), "givens"), ((1, 65536, 1024, 8, 3), "givens"),  # the grid's large and vlong
              ((32, 4096, 1024, 2, 1), "rotation"), ((1, 65536, 1024, 2, 1), "rotation"),
-             ((16, 2048, 512, 8, 3), "givens"), ((64, 256, 512, 2, 1), "rotation")]  # issue 17's layer shape, a short-T batch
-    # (elems, per_sm, min_chunk): the walk, givens.CHUNKS, then its neighbours
-    adopted = tuple(givens.CHUNKS[name] for name in ("elems", "per_sm", "min_chunk"))
-    points = [None, adopted] + [tuple(value // 2 if j == axis else value for j, value in enumerate(adopted))
-                                for axis in range(3)] + [tuple(value * 2 if j == axis else value for j, value in
-                                                               enumerate(adopted)) for axis in range(3)]
+             ((16, 2048, 512, 8, 3), "givens"), ((64, 256, 512, 2, 1), "rotation"),  # issue 17's layer shape, a short-T batch
+             ((64, 2048, 1024, 8, 3), "givens"), ((128, 1024, 1024, 8, 3), "givens"),  # fuller devices: 2 .. 4 chunks
+             ((128, 4096, 1024, 2, 1), "rotation")]
+    # (elems, per_sm, min_chunk, min_chunks): the walk, givens.CHUNKS, then its neighbours
+    names = ("elems", "per_sm", "min_chunk", "min_chunks")
+    adopted = tuple(givens.CHUNKS[name] for name in names)
+    points = [None, adopted] + [tuple(value // 2 if j == axis and half else value * 2 if j == axis else value
+                                      for j, value in enumerate(adopted)) for axis in (3, 2, 1, 0) for half in (1, 0)]
     reference = {}
     with knobs(givens.CHUNKS):
         for point in points:
             if point is None:
                 givens.CHUNKS["min_chunk"] = 1 << 40  # one walk
             else:
-                givens.CHUNKS.update(zip(("elems", "per_sm", "min_chunk"), point))
+                givens.CHUNKS.update(zip(names, point))
             for (dims, name), direction in itertools.product(cells, ("fwd", "fwdbwd")):
                 if time.time() - START > budget:
                     return

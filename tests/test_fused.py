@@ -117,17 +117,20 @@ def _pretend_gpu(monkeypatch, sms):
 @pytest.mark.parametrize("B,T,d,k,chunks", [
     (1, 65536, 1024, 8, (100, None)),  # a B = 1 prefill (vlong): 128 lanes, chunked
     (1, 65536, 1024, 2, (100, None)),  # RotationMinGRU's 2x2 blocks: 512 lanes
-    (32, 4096, 1024, 8, (1, 1)),       # large, k = 8: the lanes nearly fill the device, one walk
-    (32, 4096, 1024, 2, (4, 16)),      # large, k = 2: cheap summaries, a few chunks
-    (16, 2048, 512, 8, (10, None)),    # fewer lanes: chunked
-    (1, 300, 1024, 8, (1, 1)),         # short T: fewer than k + 2 chunks of 64 steps
-    (1, 100, 1024, 2, (1, 1)),         # one chunk of 64 steps only
+    (32, 4096, 1024, 8, (4, 16)),      # large: the lanes fill a quarter of the device, a few chunks
+    (32, 4096, 1024, 2, (4, 16)),
+    (16, 2048, 512, 8, (10, None)),    # fewer lanes: more chunks
+    (1, 300, 1024, 8, (9, 9)),         # short T: chunks of at least min_chunk (32) steps
+    (1, 100, 1024, 2, (3, 3)),
+    (1, 80, 1024, 8, (1, 1)),          # fewer than min_chunks (3) such chunks: one walk
+    (128, 4096, 1024, 2, (1, 1)),      # the lanes fill half the device: one walk
 ])
 def test_rotation_chunks_on_the_gpu(B, T, d, k, chunks, monkeypatch):
-    """The GPU's geometry (132 SMs): T chunked only into at least k + 2 chunks of at least
-    CHUNKS["min_chunk"] steps (the summaries walk k + 1 vectors a lane), so long T at small
-    batch is chunked and large k = 8 keeps one walk; the chunks cover T, and a chunked launch's
-    programs stay within the 32 blocks an SM holds at once (one wave)."""
+    """The GPU's geometry (132 SMs): T chunked into chunks of at least CHUNKS["min_chunk"] steps
+    until the programs fill the device, and only into at least CHUNKS["min_chunks"] of them
+    (a summary pass and a main pass of T / chunks steps each against one walk of T), so long T
+    at small batch is chunked and lanes that fill the device keep one walk; the chunks cover T,
+    and a chunked launch's programs stay within the 32 blocks an SM holds at once (one wave)."""
     from scankit.triton import givens
 
     _pretend_gpu(monkeypatch, 132)
@@ -136,7 +139,7 @@ def test_rotation_chunks_on_the_gpu(B, T, d, k, chunks, monkeypatch):
     assert nc >= low and (high is None or nc <= high), (bn, nc, chunk)
     assert (nc - 1) * chunk < T <= nc * chunk, (bn, nc, chunk)
     if nc > 1:
-        assert nc >= k + 2 and chunk >= givens.CHUNKS["min_chunk"], (bn, nc, chunk)
+        assert nc >= givens.CHUNKS["min_chunks"] and chunk >= givens.CHUNKS["min_chunk"], (bn, nc, chunk)
         assert B * -(-d // k // bn) * nc <= 32 * 132, (bn, nc, chunk)
 
 

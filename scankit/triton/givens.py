@@ -288,13 +288,13 @@ def _lanes_per_program(B: int, N: int, device) -> int:
 # its carry: two walks of T / chunks steps instead of one of T. On the GPU a chunked program
 # takes "elems" // k lanes (a fuller tile costs a latency-bound step nothing) and T is cut
 # into chunks of at least "min_chunk" steps until the programs reach "per_sm" per SM. The
-# summaries walk k + 1 vectors a lane (the step's angles loaded and their cos / sin taken
-# once for all of them, but (k + 1) x k FMAs per rotation round): where the device
-# is busy they cost more than the walk they split, so T is chunked only into k + 2 chunks or
-# more, else one walk (with _lanes_per_program's lanes). Tuned on the H100 (tune_scans.py
-# --sections rotation; NOTES.md, session 28): 64 elements a program and 24 programs per SM
-# (below the 32 resident blocks an SM holds) beat 8..256 and 16, 32; min_chunk 32 helps short T.
-CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 32})
+# summaries walk k + 1 vectors a lane (the step's angles loaded and their cos / sin taken once
+# for all of them; (k + 1) x k FMAs a rotation round), so chunking adds work: T is chunked only
+# into "min_chunks" chunks or more (two passes of T / chunks steps against one of T), else one
+# walk (with _lanes_per_program's lanes). Tuned on the H100 (tune_scans.py --sections rotation;
+# NOTES.md, sessions 28 and 29): 64 elements a program and 24 programs per SM (below the 32
+# resident blocks an SM holds) beat 32, 128 and 12, 48; min_chunk 32 helps short T.
+CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 32, "min_chunks": 3})
 
 
 def _geometry(B: int, T: int, N: int, K: int, device) -> tuple[int, int, int]:
@@ -303,7 +303,7 @@ def _geometry(B: int, T: int, N: int, K: int, device) -> tuple[int, int, int]:
         bn = min(max(1, CHUNKS["elems"] // K), next_pow2(N))
         want = cdiv(target_programs(device, per_sm=CHUNKS["per_sm"]), B * cdiv(N, bn))
         nc = min(want, T // CHUNKS["min_chunk"])
-        if nc < K + 2:
+        if nc < CHUNKS["min_chunks"]:
             bn, nc = _lanes_per_program(B, N, device), 1
     else:  # the interpreter: chunked at small shapes, so the tests walk the chunked kernels
         bn = _lanes_per_program(B, N, device)
