@@ -227,8 +227,10 @@ def rotation_sweep(budget, log):
         gen = torch.Generator("cuda").manual_seed(0)
         r = lambda *shape: torch.rand(*shape, device="cuda", generator=gen)  # noqa: E731
         names = ("scale", "gamma", "h0") if k == 2 else ("gamma", "h0")  # the Rotation mixer's scale: k = 2 only
+        # decays near 1: a chunk's map keeps its carry-in (0.5 .. 1 made it 0 over a chunk, so the check
+        # against the walk could not see the fold)
         xs = [r(B, T, n, R, k // 2) * 6 - 3, r(B, T, n, k) - 0.5] + ([r(B, T, n)] if k == 2 else []) \
-            + [r(B, T, n) * 0.5 + 0.5, r(B, n, k)]
+            + [r(B, T, n) * 0.01 + 0.99, r(B, n, k)]
         fn = lambda angles, b, *rest: rotation_scan(angles, b, **dict(zip(names, rest)))  # noqa: E731
         return fn, [x.requires_grad_() for x in xs]
 
