@@ -4,6 +4,8 @@ On the CPU the joint forward + backward is traced with fake tensors, as AOTAutog
 under inductor (the eager backend never traces the backward); on a GPU every op and mixer
 is compiled with inductor (also dynamic, and under CUDA graphs) and compared with eager.
 """
+import re
+
 import pytest
 import torch
 from functorch.compile import aot_function, aot_module, default_partition, make_boxed_func
@@ -213,6 +215,16 @@ def test_inductor_mixer_with_padded_buffers(mixer, seed, padded, monkeypatch):
     mixer_compiles_as_eager(mixer, "default", seed, monkeypatch)
 
 
+# An inductor bug (torch 2.11 on the H100, session 29; in 2.13's code too): with dynamic shapes
+# the compiled backward's check of a saved activation whose layout inductor chose (a (B, T, 18)
+# view of a 20-wide buffer) bakes the first call's stride (T = 13: 13 x 20 = 260) and fails at
+# the second T (257 x 20 = 5140), before any scankit op runs. Seen for SignedMinGRU(coupled) and
+# RotationMinGRU, not on every run (why is not settled; inductor's pad_mm decides by benchmarking,
+# a lead); upstream pytorch/pytorch#194420 keeps such strides symbolic. Only that message is excused.
+STALE_STRIDE = re.compile(r"expected size \d+==\d+, stride \d+==\d+ at dim=0")
+STALE_STRIDE_WHY = " (a stride baked at the first call's shape: pytorch/pytorch#194420)"
+
+
 def mixer_compiles_as_eager(mixer, mode, seed, monkeypatch):
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     torch.manual_seed(seed)
@@ -226,7 +238,12 @@ def mixer_compiles_as_eager(mixer, mode, seed, monkeypatch):
         poison_cuda_cache()
         for _ in range(2 if mode == "cudagraphs" else 1):
             out = compiled(x, **kwargs)
-            grads = torch.autograd.grad(out.square().sum(), params)
+            try:
+                grads = torch.autograd.grad(out.square().sum(), params)
+            except AssertionError as exc:
+                if mode == "dynamic" and STALE_STRIDE.search(str(exc)):
+                    pytest.xfail(f"torch inductor, not scankit: {exc}".splitlines()[0] + STALE_STRIDE_WHY)
+                raise
         ref = module(x, **kwargs)  # inductor fuses the projections' math differently: fp32 reassociation
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4, msg=lambda m: m + triage(module, x, kwargs, out, ref))
         for g, r in zip(grads, torch.autograd.grad(ref.square().sum(), params)):
