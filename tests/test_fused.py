@@ -25,6 +25,16 @@ def fused_launches(monkeypatch):
     return seen
 
 
+def grads_close(pairs):
+    """Each fp32 grad against its float64 reference, both absent or both close: the grads are
+    fp32 sums over B x T tokens, so the absolute error scales with the grad's largest entry (a
+    bias grad of ~300 was 1.1e-4 off, 3e-7 of its largest, and failed a flat 1e-4 on the H100)."""
+    for got, want in pairs:
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got.double(), want, atol=1e-5 * max(1.0, want.abs().max().item()), rtol=1e-4)
+
+
 CASES = [
     ("givens k=2 R=1", lambda **kw: scankit.GivensMinGRU(5, 6, block_size=2, rounds=1, **kw)),
     ("givens k=4 R=2", lambda **kw: scankit.GivensMinGRU(5, 12, block_size=4, rounds=2, **kw)),
@@ -74,10 +84,7 @@ def test_fused_matches_generic(name, make, variant, T, seed, monkeypatch, fused_
     assert ("givens._bwd_summary_kernel" in fused_launches) == chunked, fused_launches
     pairs = [(x.grad, x_ref.grad)] + ([(h0.grad, h0_ref.grad)] if h0 is not None else [])
     pairs += [(p.grad, q.grad) for p, q in zip(mixer.parameters(), ref.parameters())]
-    for got, want in pairs:
-        assert (got is None) == (want is None)  # the learned h0 gets no grad when h_0 is given
-        if got is not None:
-            torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4)
+    grads_close(pairs)  # the learned h0 gets no grad when h_0 is given
 
 
 @pytest.mark.parametrize("name,make", [CASES[2], CASES[5]], ids=[CASES[2][0], CASES[5][0]])
@@ -170,8 +177,5 @@ def test_rotation_chunked_with_the_gpu_geometry(seed, monkeypatch, fused_launche
     expected = ref(x_ref, h_0=h0_ref, delta_t=dt.double())
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
     (expected * w).sum().backward()
-    for got, want in [(x.grad, x_ref.grad), (h0.grad, h0_ref.grad)] + [
-            (p.grad, q.grad) for p, q in zip(mixer.parameters(), ref.parameters())]:
-        assert (got is None) == (want is None)
-        if got is not None:
-            torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4)
+    grads_close([(x.grad, x_ref.grad), (h0.grad, h0_ref.grad)]
+                + [(p.grad, q.grad) for p, q in zip(mixer.parameters(), ref.parameters())])
