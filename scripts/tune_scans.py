@@ -216,7 +216,7 @@ def lanes_sweep(budget, log):
 def rotation_sweep(budget, log):
     """The angle-fused rotation kernels (scankit.triton.rotation_scan; givens.CHUNKS): one walk
     ("walk": chunking off) against T-chunking at (elements per program, programs per SM, shortest
-    chunk) points, for Givens k = 8, 3 rounds, and the Rotation mixer's k = 2
+    chunk, fewest chunks) points, for Givens k = 8, 3 rounds, and the Rotation mixer's k = 2
     (scale and decay), at the grid's large and vlong shapes (issue 17's goal 3: vlong's time per
     token within 2x of large's), fwd and fwd+bwd device time, each checked against the walk's
     outputs / grads."""
@@ -242,8 +242,8 @@ def rotation_sweep(budget, log):
     # (elems, per_sm, min_chunk, min_chunks): the walk, givens.CHUNKS, then its neighbours
     names = ("elems", "per_sm", "min_chunk", "min_chunks")
     adopted = tuple(givens.CHUNKS[name] for name in names)
-    points = [None, adopted] + [tuple(value // 2 if j == axis and half else value * 2 if j == axis else value
-                                      for j, value in enumerate(adopted)) for axis in (3, 2, 1, 0) for half in (1, 0)]
+    scaled = lambda axis, f: tuple(f(v) if j == axis else v for j, v in enumerate(adopted))  # noqa: E731
+    points = [None, adopted] + [scaled(axis, f) for axis in (3, 2, 1, 0) for f in (lambda v: v // 2, lambda v: v * 2)]
     reference = {}
     with knobs(givens.CHUNKS):
         for point in points:

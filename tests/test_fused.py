@@ -152,7 +152,8 @@ def test_rotation_chunks_on_the_gpu(B, T, d, k, chunks, monkeypatch):
 
 def test_rotation_chunked_with_the_gpu_geometry(seed, monkeypatch, fused_launches):
     """A B = 1 RotationMinGRU (decay, h_0) at T = 520 on a pretend 4-SM GPU: the GPU's geometry
-    chunks T (5 chunks of 104 steps); values and grads against the generic path in float64."""
+    chunks T (16 chunks of 33 steps: 96 programs per SM-count x per_sm, cut at min_chunk 32);
+    values and grads against the generic path in float64."""
     from scankit.triton import givens
 
     torch.manual_seed(seed)
@@ -165,7 +166,7 @@ def test_rotation_chunked_with_the_gpu_geometry(seed, monkeypatch, fused_launche
     dt = torch.rand(1, 520, device=DEVICE) * 2
     h0 = torch.randn(1, 4, device=DEVICE, requires_grad=True)
     _pretend_gpu(monkeypatch, 4)
-    assert givens._geometry(1, 520, mixer.n, mixer.k, x.device)[1] > 1
+    assert givens._geometry(1, 520, mixer.n, mixer.k, x.device)[1:] == (16, 33)
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     out = mixer(x, h_0=h0, delta_t=dt)
     w = torch.randn(out.shape, dtype=torch.float64, device=DEVICE)
