@@ -3,13 +3,15 @@ process: which seeds fail, at which (batch, step) the forward goes wrong, and th
 output code of the first failing case (for a bug report or a fix).
 
     python scripts/repro_compile.py RotationMinGRU --mode dynamic --seeds 2377553823 --random 8 \\
-        --code $OUT/code.py
+        --code $OUT/code.py [--inductor shape_padding=False]
 """
 import argparse
+import ast
 import os
 import sys
 
 import torch
+import torch._inductor.config
 from torch._inductor.utils import run_and_get_code
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -85,16 +87,26 @@ def main():
                     "inductor keeps only the stride *order* of a user Triton kernel's tensors where a node has lost "
                     "its eager_input_vals (exact strides otherwise), and may then pad them; this drops them from every "
                     "kernel node (a post-grad pass) and pads every stride over 32 elements")
+    ap.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                    help="set torch._inductor.config.KEY (a Python literal), e.g. shape_padding=False")
     ap.add_argument("--code", help="write the inductor code of the first failing case (else the first case) here")
     args = ap.parse_args()
     if args.stride_order_only:
         stride_order_only()
+    for setting in args.inductor:
+        key, value = setting.split("=", 1)
+        setattr(torch._inductor.config, key, ast.literal_eval(value))
     seeds = args.seeds + [int.from_bytes(os.urandom(4), "little") for _ in range(args.random)]
     os.environ["MINGRU_SCAN"] = "triton"
     failed = 0
     for seed in seeds:
-        report, code = case(args.mixer, args.mode, seed, want_code=bool(args.code) and not failed,
-                            poison=args.poison, mark_t=args.mark_t)
+        try:
+            report, code = case(args.mixer, args.mode, seed, want_code=bool(args.code) and not failed,
+                                poison=args.poison, mark_t=args.mark_t)
+        except Exception as exc:  # an inductor assertion (e.g. a stale stride) counts as a failed seed
+            print(f"{args.mixer} {args.mode} seed={seed}: FAIL {type(exc).__name__}: {str(exc).splitlines()[0]}")
+            failed += 1
+            continue
         bad = any(r["bad_cells"] or r["grad_max_rel_err"] > 1e-3 for r in report)
         print(f"{args.mixer} {args.mode} seed={seed}: {'FAIL' if bad else 'ok'} {report}", flush=True)
         if (bad or seed == seeds[0]) and not failed and args.code:  # the first case's, then a failure's
