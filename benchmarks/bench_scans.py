@@ -42,7 +42,7 @@ class Scans:
         return cached(cells["call_latency"], (op, shape, impl, direction))
 
     track_call_latency.unit = "seconds"
-    track_call_latency.version = VERSION
+    track_call_latency.version = grid.LATENCY_VERSION
 
     def track_launches(self, cells, op, shape, impl, direction):
         return cached(cells["launches"], (op, shape, impl, direction))

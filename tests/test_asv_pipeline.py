@@ -198,6 +198,32 @@ def test_slow_cells_take_fewer_samples_and_fast_cells_all(monkeypatch):
     assert len(fast["samples"]) == measure.SAMPLES and fast["number"] == 1000, fast
 
 
+def test_a_timed_triton_call_writes_no_environment(monkeypatch):
+    """The triton impl runs under MINGRU_SCAN=triton: set per call when its caller has not set
+    it, and left alone (not even rewritten) when it has, as the suite does around a measurement:
+    writing os.environ cost ~2.5 us a call, which call_latency must not count."""
+    from types import SimpleNamespace
+
+    from benchmarks.harness import measure
+
+    class Recording(dict):
+        def __setitem__(self, key, value):
+            writes.append(key)
+            super().__setitem__(key, value)
+
+    writes = []
+    monkeypatch.setattr(os, "environ", Recording(os.environ))
+    monkeypatch.setitem(measure.OPS, "probe", SimpleNamespace(fn=lambda *xs: os.environ.get("MINGRU_SCAN")))
+    monkeypatch.setitem(os.environ, "MINGRU_SCAN", "auto")
+    writes.clear()
+    run_once = measure.implementation("probe", "triton")
+    assert run_once() == "triton" and os.environ["MINGRU_SCAN"] == "auto" and writes, writes
+    with measure.scan_mode("triton"):
+        writes.clear()
+        assert [run_once() for _ in range(3)] == ["triton"] * 3 and writes == [], writes
+    assert os.environ["MINGRU_SCAN"] == "auto"
+
+
 def test_a_failing_kernel_fails_its_own_cells_and_the_rest_are_measured(monkeypatch):
     """A commit whose kernel for one op fails to compile (as 56a8058's look-back did on the
     H200) fails that op's cells, with the error, and measures every other cell: asv records

@@ -70,6 +70,9 @@ MIXER_PATHS = ("generic", "kernel")
 # carry VERSION as each timed benchmark's explicit ``version``.
 METHOD = "device_time: n calls queued behind a GPU sleep, CUDA events; call_latency: wall clock of n back-to-back calls + sync"
 VERSION = "2:" + METHOD
+# call_latency alone since the harness stopped writing MINGRU_SCAN around every timed call
+# (~2.5 us a call, in the triton cells' latency only: their device time never saw it)
+LATENCY_VERSION = "3:" + METHOD + "; MINGRU_SCAN set once per measurement"
 LAUNCHES_VERSION = "launches: CUDA kernels, memsets and memcpys of one call in a torch.profiler trace"
 COPY_VERSION = "TB/s"  # track_copy_bandwidth's unit and version (the runs before it recorded bytes/s)
 
