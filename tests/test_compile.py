@@ -222,7 +222,8 @@ def test_inductor_mixer_with_padded_buffers(mixer, seed, padded, monkeypatch):
 # RotationMinGRU, not on every run (why is not settled; inductor's pad_mm decides by benchmarking,
 # a lead); upstream pytorch/pytorch#194420 keeps such strides symbolic. Only that message is excused.
 STALE_STRIDE = re.compile(r"expected size \d+==\d+, stride \d+==\d+ at dim=0")
-STALE_STRIDE_WHY = " (a stride baked at the first call's shape: pytorch/pytorch#194420)"
+STALE_STRIDE_WHY = (" (a padded projection's stride baked at the first call's shape by inductor's shape_padding: "
+                    "pytorch/pytorch#194420; torch._inductor.config.shape_padding = False avoids it)")
 
 
 def mixer_compiles_as_eager(mixer, mode, seed, monkeypatch):
