@@ -62,7 +62,7 @@ def stride_order_only():
     (then ``constrain_to_fx_strides``: stride order, not exact strides) with padding wherever it
     may: if the kernels' traced stride arguments then disagree with the buffers, the forward
     goes wrong in batch rows >= 1, as in the session 17 failure."""
-    import torch._inductor.config as inductor
+    inductor = torch._inductor.config
 
     def drop(graph):
         for node in graph.nodes:

@@ -215,12 +215,13 @@ def test_inductor_mixer_with_padded_buffers(mixer, seed, padded, monkeypatch):
     mixer_compiles_as_eager(mixer, "default", seed, monkeypatch)
 
 
-# An inductor bug (torch 2.11 on the H100, session 29; in 2.13's code too): with dynamic shapes
-# the compiled backward's check of a saved activation whose layout inductor chose (a (B, T, 18)
-# view of a 20-wide buffer) bakes the first call's stride (T = 13: 13 x 20 = 260) and fails at
-# the second T (257 x 20 = 5140), before any scankit op runs. Seen for SignedMinGRU(coupled) and
-# RotationMinGRU, not on every run (why is not settled; inductor's pad_mm decides by benchmarking,
-# a lead); upstream pytorch/pytorch#194420 keeps such strides symbolic. Only that message is excused.
+# An inductor bug (torch 2.11 on the H100, sessions 29-30; in 2.13's code too): with dynamic
+# shapes the compiled backward's check of a saved activation whose layout inductor chose (a
+# (B, T, 18) view of a 20-wide buffer: pad_mm's padding) bakes the first call's stride (T = 13:
+# 13 x 20 = 260) and fails at the second T (257 x 20 = 5140), before any scankit op runs. Seen for
+# SignedMinGRU(coupled) and RotationMinGRU, not on every run: pad_mm pads only where its benchmark
+# says so (forced padding failed 4 of 6 compiles, shape_padding=False 0 of 4: NOTES.md session 30);
+# upstream pytorch/pytorch#194420 keeps such strides symbolic. Only that message is excused.
 STALE_STRIDE = re.compile(r"expected size \d+==\d+, stride \d+==\d+ at dim=0")
 STALE_STRIDE_WHY = (" (a padded projection's stride baked at the first call's shape by inductor's shape_padding: "
                     "pytorch/pytorch#194420; torch._inductor.config.shape_padding = False avoids it)")
