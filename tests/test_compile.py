@@ -19,7 +19,7 @@ gpu = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")
 SMALL = {"parallel_scan_log": dict(B=2, D=5), "linear_scan": dict(B=2, D=5), "linear_scan_state": dict(B=2, D=5),
          "matrix_scan": dict(B=2, n=3), "matrix_affine_scan": dict(B=2, n=2, k=4, v=2)}
 CUSTOM_OPS = {"parallel_scan_log": "log_scan", "linear_scan": "linear_scan", "linear_scan_state": "linear_scan",
-              "matrix_scan": "affine_scan", "matrix_affine_scan": "affine_scan"}
+              "matrix_scan": "matrix_scan", "matrix_affine_scan": "affine_scan"}
 MIXERS = {
     "MinGRU": (lambda: scankit.MinGRU(5, 6), "gated_scan"),
     "MinGRU(decay)": (lambda: scankit.MinGRU(5, 6, decay=True), "log_scan"),

@@ -41,9 +41,8 @@ def matrix_affine_scan(A, B, *, h0=None, return_prefix=True, reverse=False):
 
 def matrix_scan(M, b, *, h0=None, return_prefix=True, reverse=False):
     check_envelope("matrix_scan", M, b, h0)
-    Abar, out = affine.affine_scan(M, b.unsqueeze(-1), None if h0 is None else h0.unsqueeze(-1), return_prefix,
-                                   reverse, None)
-    return (Abar, out.squeeze(-1)) if return_prefix else out.squeeze(-1)
+    Abar, out = affine.matrix_scan(M, b, h0, return_prefix, reverse, None)
+    return (Abar, out) if return_prefix else out
 
 
 ROTATION_K = (2, 4, 8, 16)

@@ -840,3 +840,25 @@ affine_scan = prefix_scan_op(
     lambda A, h0, Abar, out, g_Abar, g_out, reverse, reset: _backward(A, h0, g_out, g_Abar, out,
                                                                       Abar if g_Abar is not None else None, reverse),
 )
+
+
+def _column(x):
+    """A (.., k) vector block as a (.., k, 1) matrix block (a view), or None."""
+    return None if x is None else x.unsqueeze(-1)
+
+
+def _vector_dense(M, b, h0, track_a, reverse, reset):
+    Abar, out = _dense(M, _column(b), _column(h0), track_a, reverse, reset)
+    return Abar, out.squeeze(-1)
+
+
+def _vector_backward(M, h0, Abar, out, g_Abar, g_out, reverse, reset):
+    dM, db, dh0 = _backward(M, _column(h0), _column(g_out), g_Abar, _column(out),
+                            Abar if g_Abar is not None else None, reverse)
+    return dM, db.squeeze(-1), None if dh0 is None else dh0.squeeze(-1)
+
+
+# ``matrix_scan``: the block recurrence with v = 1, its b, h0 and states vectors. The views to
+# and from one-column blocks are taken inside the op, so a call records no autograd nodes for
+# them (an unsqueeze and a squeeze around ``affine_scan`` cost two more in every fwd+bwd).
+matrix_scan = prefix_scan_op("matrix_scan", _vector_dense, _vector_backward)
