@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k defaults to 8 (v = 1); an op
+CELLS = [  # (op, (B, T, width[, k[, v]]), direction); matrix_affine_scan's k defaults to 8 and v to 1; an op
     # named "<op>+state" is called with return_prefix=False (the states only: what the mixers call)
     ("parallel_scan_log", (32, 4096, 1024), "fwd"), ("parallel_scan_log", (32, 4096, 1024), "fwdbwd"),
     ("parallel_scan_log", (1, 65536, 1024), "fwd"), ("parallel_scan_log", (1, 65536, 1024), "fwdbwd"),
@@ -36,6 +36,9 @@ CELLS = [  # (op, (B, T, width[, k]), direction); matrix_affine_scan's k default
     ("matrix_affine_scan+state", (1, 65536, 32), "fwd"), ("matrix_affine_scan+state", (1, 65536, 32), "fwdbwd"),
     ("matrix_affine_scan", (32, 4096, 16, 16), "fwd"), ("matrix_affine_scan", (32, 4096, 16, 16), "fwdbwd"),
     ("matrix_affine_scan+state", (32, 4096, 16, 16), "fwd"), ("matrix_affine_scan+state", (32, 4096, 16, 16), "fwdbwd"),
+    ("matrix_affine_scan", (32, 4096, 16, 16, 16), "fwd"), ("matrix_affine_scan", (32, 4096, 16, 16, 16), "fwdbwd"),
+    ("matrix_affine_scan+state", (32, 4096, 16, 16, 16), "fwd"),
+    ("matrix_affine_scan+state", (32, 4096, 16, 16, 16), "fwdbwd"),
 ]
 
 WORKER = r"""
@@ -46,11 +49,11 @@ from benchmarks.harness.cases import OPS
 cells, out = json.loads(sys.argv[2]), {}
 for op_name, shape, direction in cells:
     base = op_name.removesuffix("+state")
-    names = ("B", "T", "D") if "matrix" not in base else ("B", "T", "n", "k")
+    names = ("B", "T", "D") if "matrix" not in base else ("B", "T", "n", "k", "v")
     dims = dict(zip(names, shape))
     if base == "matrix_affine_scan":
         dims.setdefault("k", 8)
-        dims.update(v=1)
+        dims.setdefault("v", 1)
     xs = [x.requires_grad_(direction == "fwdbwd") for x in OPS[base].inputs(dims, device="cuda", seed=0)]
     fn = OPS[base].fn if base == op_name else functools.partial(OPS[base].fn, return_prefix=False)
     with torch.no_grad():
