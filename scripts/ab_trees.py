@@ -8,13 +8,21 @@ A tree is a directory holding a ``scankit`` package (e.g. ``git archive REV | ta
 Times are ``triton.testing.do_bench`` medians (us); fwd+bwd takes a fixed random grad output
 per output (no ``sum()`` loss). Each cell's outputs are checked against the baseline's (max
 relative difference) in the same run. Prints one table: baseline, candidate, ratio, spread.
+
+``--budget S`` bounds the whole A/B to S seconds of wall time: a worker still running then is
+stopped, and the table (and ``--out``) holds every cell measured in both trees so far, its
+spread over the rounds it has (a cut run loses only what it had not measured). A SIGTERM (an
+outer ``timeout``) cuts the same way.
 """
 import argparse
 import json
 import os
 import statistics
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 CELLS = [  # (op, (B, T, width[, k[, v]]), direction); matrix_affine_scan's k defaults to 8 and v to 1; an op
@@ -46,7 +54,7 @@ import functools, json, sys, torch, triton.testing
 sys.path.insert(0, sys.argv[1])
 import scankit
 from benchmarks.harness.cases import OPS
-cells, out = json.loads(sys.argv[2]), {}
+cells = json.loads(sys.argv[2])
 for op_name, shape, direction in cells:
     base = op_name.removesuffix("+state")
     names = ("B", "T", "D") if "matrix" not in base else ("B", "T", "n", "k", "v")
@@ -72,23 +80,46 @@ for op_name, shape, direction in cells:
     us = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median") * 1e3
     res = run()
     res = res if isinstance(res, tuple) else (res,)
-    out[f"{op_name} {shape} {direction}"] = dict(us=us, check=[float(t.float().abs().sum()) for t in res])
+    cell = dict(us=us, check=[float(t.float().abs().sum()) for t in res])
+    print("CELL " + json.dumps([f"{op_name} {shape} {direction}", cell]), flush=True)
     print(f"  {op_name} {shape} {direction}: {us:.1f} us", file=sys.stderr, flush=True)
     del xs, ref, res
     torch.cuda.empty_cache()
-print("RESULT " + json.dumps(out))
+print("DONE", flush=True)
 """
 
 
-def measure(tree: str, cells: list) -> dict:
+class Cut(Exception):
+    """The A/B's time is up (``--budget`` or a SIGTERM)."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: `timeout` signals its process group as well
+    raise Cut("SIGTERM")
+
+
+def measure(tree: str, cells: list, deadline: float) -> tuple[dict, bool]:
+    """``({cell: {us, check}}, whole)`` of one fresh process over ``cells``; a worker stopped at
+    ``deadline`` (or by a SIGTERM) gives the cells it had measured, ``whole`` False."""
     env = dict(os.environ, MINGRU_SCAN="triton", PYTHONPATH="")
     print(f"ab_trees: {tree}", file=sys.stderr, flush=True)  # the worker's progress goes to stderr
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(Path(tree).resolve()), json.dumps(cells)],
-                          stdout=subprocess.PIPE, text=True, env=env)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode or not line:
-        raise SystemExit(f"ab_trees: {tree} failed (its stderr is above):\n{proc.stdout[-3000:]}")
-    return json.loads(line[0][len("RESULT "):])
+    with tempfile.TemporaryFile("w+") as log:  # each measured cell a line as it comes, kept by a kill
+        proc = subprocess.Popen([sys.executable, "-c", WORKER, str(Path(tree).resolve()), json.dumps(cells)],
+                                stdout=log, text=True, env=env)
+        cut = False
+        try:
+            left = deadline - time.monotonic()
+            proc.wait(timeout=max(left, 0.1) if left < float("inf") else None)
+        except (subprocess.TimeoutExpired, Cut):
+            cut = True
+            proc.kill()
+            proc.wait()
+        log.seek(0)
+        lines = log.read().splitlines()
+    got = dict(json.loads(x[len("CELL "):]) for x in lines if x.startswith("CELL "))
+    if not cut and (proc.returncode or "DONE" not in lines):
+        raise SystemExit(f"ab_trees: {tree} failed (its stderr is above):\n" + "\n".join(lines[-20:]))
+    return got, not cut
 
 
 def main(argv=None) -> int:
@@ -100,33 +131,44 @@ def main(argv=None) -> int:
     parser.add_argument("--out")
     parser.add_argument("--warm", action="store_true",
                         help="run each tree once first, untimed (cold compiles out of round 1's processes)")
+    parser.add_argument("--budget", type=float, default=float("inf"),
+                        help="seconds for the whole A/B; a run cut by it keeps the cells measured in both trees")
     args = parser.parse_args(argv)
     cells = [c for c in CELLS if not args.only or any(o in f"{c[0]} {list(c[1])} {c[2]}" for o in args.only)]
-    runs = {"A": [], "B": []}
-    if args.warm:
-        for tree in (args.baseline, args.candidate):
-            measure(tree, cells)
-    for _ in range(args.rounds):
-        runs["A"].append(measure(args.baseline, cells))
-        runs["B"].append(measure(args.candidate, cells))
+    deadline = time.monotonic() + args.budget
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    runs, whole = {"A": [], "B": []}, True
+    schedule = [(tree, None) for tree in (args.baseline, args.candidate)] if args.warm else []
+    schedule += [(tree, side) for _ in range(args.rounds) for tree, side in ((args.baseline, "A"), (args.candidate, "B"))]
+    for tree, side in schedule:
+        got, whole = measure(tree, cells, deadline)
+        if side is not None:
+            runs[side].append(got)
+        if not whole:
+            break
     rows = []
-    for cell in runs["A"][0]:
-        a = [r[cell]["us"] for r in runs["A"]]
-        b = [r[cell]["us"] for r in runs["B"]]
-        ca, cb = runs["A"][0][cell]["check"], runs["B"][0][cell]["check"]
-        diff = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(ca, cb))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # what was measured is written whole
+    for cell in [f"{c[0]} {list(c[1])} {c[2]}" for c in cells]:
+        a = [r[cell] for r in runs["A"] if cell in r]
+        b = [r[cell] for r in runs["B"] if cell in r]
+        if not a or not b:
+            continue
+        diff = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a[0]["check"], b[0]["check"]))
+        a, b = [x["us"] for x in a], [x["us"] for x in b]
         rows.append(dict(cell=cell, baseline_us=statistics.median(a), candidate_us=statistics.median(b),
-                         ratio=statistics.median(b) / statistics.median(a),
+                         ratio=statistics.median(b) / statistics.median(a), rounds=min(len(a), len(b)),
                          spread_a=max(a) / min(a), spread_b=max(b) / min(b), rel_diff_of_sums=diff))
     if args.out:  # whole or not at all: written beside, then renamed
         tmp = Path(args.out).with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(dict(runs=runs, rows=rows), indent=1))
+        tmp.write_text(json.dumps(dict(runs=runs, rows=rows, cut=not whole), indent=1))
         os.replace(tmp, args.out)
     print(f"{'cell':58s} {'base us':>10s} {'cand us':>10s} {'ratio':>6s} {'A spr':>6s} {'B spr':>6s} {'diff':>8s}")
     for r in rows:
         print(f"{r['cell']:58s} {r['baseline_us']:10.1f} {r['candidate_us']:10.1f} {r['ratio']:6.3f} "
               f"{r['spread_a']:6.3f} {r['spread_b']:6.3f} {r['rel_diff_of_sums']:8.1e}")
-    return 0
+    if not whole:
+        print(f"cut before the end: {len(rows)} of {len(cells)} cells measured in both trees")
+    return 0 if whole else 3
 
 
 if __name__ == "__main__":
