@@ -1,6 +1,6 @@
 """The roofline's other columns: peer libraries on linear_scan_state, and the scaling of
 the forward kernels with T at B = 1 (rendered into experiments/bench/scan_roofline.md), and
-issue 16's cells (``Roofline``)."""
+issue 16's cells (``Roofline``) and issue 17's block widths (``BlockWidths``)."""
 from benchmarks._adapter import cached, long_setup_cache, require_cell
 from benchmarks.harness import grid
 
@@ -75,6 +75,37 @@ class Roofline:
 
     def track_bytes(self, cells, shape, impl, dtype, direction):
         return cached(cells["bytes"], (shape, impl, dtype, direction))
+
+    track_bytes.unit = "bytes"
+    track_bytes.version = VERSION
+
+
+class BlockWidths:
+    """matrix_affine_scan's states only (h from h_0 = 0, what the mixers call) at k in {4, 8, 16}
+    with v = 1 and at k = v = 16, n = d // k blocks at `large` and `vlong`: issue 17's block
+    widths, device time; ``track_bytes``: what the cell must move at least (% of copy: bytes /
+    time / the run's copy bandwidth). A trend (the k = 8 prefix form is gated in Scans)."""
+    params = [list(grid.BLOCK_SHAPES), list(grid.BLOCK_WIDTHS), list(grid.DIRECTIONS)]
+    param_names = ["shape", "width", "direction"]
+    timeout = 1800
+
+    @long_setup_cache
+    def setup_cache(self):
+        from benchmarks.harness import suite
+
+        return suite.block_cells()
+
+    def setup(self, cells, shape, width, direction):
+        require_cell(cells, "device_time", (shape, width, direction))
+
+    def track_device_time(self, cells, shape, width, direction):
+        return cached(cells["device_time"], (shape, width, direction))
+
+    track_device_time.unit = "seconds"
+    track_device_time.version = VERSION
+
+    def track_bytes(self, cells, shape, width, direction):
+        return cached(cells["bytes"], (shape, width, direction))
 
     track_bytes.unit = "bytes"
     track_bytes.version = VERSION

@@ -38,6 +38,7 @@ SCALING = "bench_roofline.Scaling"
 TIME_TRACKS = ("track_device_time", "track_time")
 REFERENCES = "bench_scans.References"
 FORMS = "bench_scans.CallForms"
+BLOCKS = "bench_roofline.BlockWidths"
 
 
 def references_run(results_dir: Path, machine: str, run: dict):
@@ -167,6 +168,9 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
     bench = report.bench_payload(env, cells, copy_bw, report.seed_rows(cells["seconds"], latency))
     if f"{FORMS}.track_device_time" in run["results"]:  # runs before the call forms have none
         bench["forms"] = report.form_rows(values(run, f"{FORMS}.track_device_time"))
+    if f"{BLOCKS}.track_device_time" in run["results"] and copy_bw is not None:  # runs before them have none
+        bench["blocks"] = report.block_rows(values(run, f"{BLOCKS}.track_device_time"),
+                                            values(run, f"{BLOCKS}.track_bytes"), copy_bw)
     paths = report.write("scan_bench", bench, out_dir)
     paths += report.write("scan_parity", report.parity_payload(env, parity["rows"]), out_dir)
     if roofline is not None and copy_bw is not None:

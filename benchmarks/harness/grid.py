@@ -44,6 +44,11 @@ ROOFLINE_SHAPES = {"32x4096x1024": (32, 4096, 1024), "1x65536x1024": (1, 65536, 
                    "1x1048576x1024": (1, 2 ** 20, 1024), "16x2048x512": (16, 2048, 512), "8x512x256": (8, 512, 256)}
 ROOFLINE_IMPLS = ("triton", "accelerated_scan_native")
 ROOFLINE_DTYPES = ("fp32", "bf16")
+# Issue 17's block widths (benchmarks.bench_roofline.BlockWidths): matrix_affine_scan's states-only
+# form (h from h_0 = 0, what the mixers call) with k x k transitions and v columns per block,
+# n = d // k blocks (a state of d rows per column) at BLOCK_SHAPES; triton, device time and bytes
+BLOCK_WIDTHS = {"k4v1": (4, 1), "k8v1": (8, 1), "k16v1": (16, 1), "k16v16": (16, 16)}
+BLOCK_SHAPES = ("large", "vlong")
 # Call forms (benchmarks.bench_scans.CallForms): each op's state form at one packed-size shape,
 # dense beside reverse=True and cu_seqlens= (PACKED_SEQUENCES sequences of seeded random lengths
 # 1 .. 2 * FORMS_SHAPE.T / PACKED_SEQUENCES summing to T), the inputs stored time-last (dim=2),

@@ -136,6 +136,33 @@ def form_rows(device: dict) -> list[dict]:
     return rows
 
 
+# issue 17 goal 2, % of copy: k = 8, v = 1 fwd >= 60 and fwd+bwd >= 50; the other widths fwd > 40
+BLOCK_BARS = {("k8v1", "fwd"): 60, ("k8v1", "fwdbwd"): 50, "fwd": 40}
+
+
+def block_rows(device: dict, moved: dict, copy_bw: float) -> list[dict]:
+    """Issue 17's block widths (grid.BLOCK_*) from ``suite.block_cells``'s device time and bytes
+    ({(shape, width, direction): seconds / bytes}; missing or n/a = None): us, % of copy (bytes /
+    time / ``copy_bw``) and the goal's bar where it sets one."""
+    import math
+
+    from . import grid
+
+    rows = []
+    for shape in grid.BLOCK_SHAPES:
+        for width, (k, v) in grid.BLOCK_WIDTHS.items():
+            for direction in grid.DIRECTIONS:
+                t, b = device.get((shape, width, direction)), moved.get((shape, width, direction))
+                t = None if t is None or math.isnan(t) else t
+                b = None if b is None or math.isnan(b) else b
+                pct = 100 * b / t / copy_bw if t and b else None
+                bar = BLOCK_BARS.get((width, direction), BLOCK_BARS.get(direction) if width != "k8v1" else None)
+                rows.append(dict(shape=shape, k=k, v=v, direction=direction, us=t * 1e6 if t else None,
+                                 mb=b / 1e6 if b else None, pct=pct, bar=bar,
+                                 met=None if bar is None or pct is None else pct >= bar))
+    return rows
+
+
 def seed_rows(device: dict, latency: dict) -> list:
     """Triton's fwd+bwd speedup over eager at the seed's shapes (grid.SEED_SPEEDUPS), in device
     time and in call latency ({(op, shape, impl, direction): seconds} each), beside the

@@ -883,6 +883,42 @@ def _roofline_cell(impl: str, direction: str, dims: dict, dtype, dev: str) -> tu
     return timed(fn, dev), moved
 
 
+def block_cells() -> dict:
+    """Device time of issue 17's block-width cells (grid.BLOCK_*): matrix_affine_scan's states
+    only, per shape, (k, v) and direction, each with the bytes it must move (read M and b, write
+    h; the backward also reads grad, M, b and h and writes dM, db); tiny shapes and wall time in
+    a CPU smoke run."""
+    import torch
+
+    from . import measure
+    from .cases import OPS, bytes_moved
+
+    dev = device()
+    out = dict(device_time={}, bytes={}, skipped={}, failed={})
+    op = OPS["matrix_affine_scan"]
+    states = lambda M, b: op.fn(M, b, return_prefix=False)  # noqa: E731
+
+    def cell(dims, direction):
+        xs = op.inputs(dims, device=dev, requires_grad=direction == "fwdbwd")
+        with torch.no_grad():
+            h = states(*xs)
+        return timed(measure.callable_workload(states, xs, direction), dev), bytes_moved(xs, (h,), direction)
+
+    with measure.scan_mode("triton"):
+        for shape in grid.BLOCK_SHAPES:
+            s = grid.SHAPES[shape]
+            for width, (k, v) in grid.BLOCK_WIDTHS.items():
+                dims = dict(B=s.B, T=s.T, n=s.d // k, k=k, v=v) if dev == "cuda" else dict(B=1, T=13, n=1, k=k, v=v)
+                for direction in grid.DIRECTIONS:
+                    key = (shape, width, direction)
+                    got = failing(out, key, lambda: cell(dims, direction))
+                    if got is not None:
+                        out["device_time"][key], out["bytes"][key] = got
+                    if dev == "cuda":
+                        torch.cuda.empty_cache()
+    return out
+
+
 def scaling_cells() -> dict:
     """Forward seconds of the triton kernels at B = 1, D = 1024, T = 2^10 .. 2^20 (tiny in a smoke run)."""
     import torch
