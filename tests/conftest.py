@@ -21,6 +21,13 @@ def scan_mode(monkeypatch):
     return set_mode
 
 
+@pytest.fixture
+def bench_smoke(monkeypatch):
+    """The benchmark suite's CPU smoke mode (tiny shapes, kernels through the interpreter)."""
+    monkeypatch.setenv("SCANKIT_BENCH_SMOKE", "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
 @pytest.fixture(params=["eager", "triton"])
 def kernel_mode(request, scan_mode):
     """Each test twice: the eager references and the kernels (through the interpreter on the CPU)."""

@@ -6,13 +6,7 @@ import torch
 from benchmarks.harness import grid, suite
 
 
-@pytest.fixture
-def smoke(monkeypatch):
-    monkeypatch.setenv("SCANKIT_BENCH_SMOKE", "1")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def test_every_cell_is_measured_with_its_bytes(smoke):
+def test_every_cell_is_measured_with_its_bytes(bench_smoke):
     cells = suite.block_cells()
     keys = {(s, w, d) for s in grid.BLOCK_SHAPES for w in grid.BLOCK_WIDTHS for d in grid.DIRECTIONS}
     assert set(cells["device_time"]) == keys and not cells["failed"] and not cells["skipped"], cells["failed"]
@@ -25,7 +19,7 @@ def test_every_cell_is_measured_with_its_bytes(smoke):
         assert cells["bytes"][shape, width, direction] == want
 
 
-def test_the_cells_time_the_states_only_form(smoke, monkeypatch):
+def test_the_cells_time_the_states_only_form(bench_smoke, monkeypatch):
     """The cells call matrix_affine_scan with return_prefix=False (no running product: the
     mixers' call), whatever the registry's default form."""
     import scankit

@@ -1,17 +1,9 @@
 """Issue 16's roofline cells (bench_roofline.Roofline) in a CPU smoke run: every cell is
 measured or skipped with its reason, and each carries the bytes the issue's % of copy uses."""
-import pytest
-
 from benchmarks.harness import grid, suite
 
 
-@pytest.fixture
-def smoke(monkeypatch):
-    monkeypatch.setenv("SCANKIT_BENCH_SMOKE", "1")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def test_every_cell_is_measured_or_says_why(smoke):
+def test_every_cell_is_measured_or_says_why(bench_smoke):
     cells = suite.roofline_cells()
     keys = {(s, i, d, r) for s in grid.ROOFLINE_SHAPES for i in grid.ROOFLINE_IMPLS for d in grid.ROOFLINE_DTYPES
             for r in grid.DIRECTIONS}
