@@ -136,7 +136,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cells = [c for c in CELLS if not args.only or any(o in f"{c[0]} {list(c[1])} {c[2]}" for o in args.only)]
     deadline = time.monotonic() + args.budget
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    before = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _compare(args, cells, deadline)
+    finally:
+        signal.signal(signal.SIGTERM, before)  # a caller's own handler back (the tests call main)
+
+
+def _compare(args, cells: list, deadline: float) -> int:
+    """Run the schedule (warm-up, then A B per round) until done or cut; print and write the table."""
     runs, whole = {"A": [], "B": []}, True
     schedule = [(tree, None) for tree in (args.baseline, args.candidate)] if args.warm else []
     schedule += [(tree, side) for _ in range(args.rounds) for tree, side in ((args.baseline, "A"), (args.candidate, "B"))]

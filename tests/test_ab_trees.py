@@ -35,7 +35,9 @@ def trees(tmp_path):
 def test_a_whole_run_compares_every_cell(monkeypatch, trees, tmp_path, capsys):
     monkeypatch.setattr(ab_trees, "WORKER", FAKE)
     out = tmp_path / "ab.json"
+    before = signal.getsignal(signal.SIGTERM)
     assert ab_trees.main([*trees, "--only", "16, 16, 16] fwdbwd", "--rounds", "1", "--out", str(out)]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
     got = json.loads(out.read_text())
     assert not got["cut"] and len(got["rows"]) == 2
     assert all(r["ratio"] == pytest.approx(len(trees[1]) / len(trees[0])) for r in got["rows"])

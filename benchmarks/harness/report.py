@@ -113,20 +113,23 @@ def bench_payload(env: dict, cells: dict, copy_bw: float, seed: list | None = No
 PACKED_TARGET = 1.10  # issue 18: a packed call within 10% of the dense call of the same size
 
 
+def _recorded(table: dict, key):
+    """``table[key]``, or None where the run has none or asv recorded n/a (NaN)."""
+    value = table.get(key)
+    return None if value is None or math.isnan(value) else value
+
+
 def form_rows(device: dict) -> list[dict]:
     """The call forms (grid.FORMS) beside the dense call, from ``suite.form_cells``'s device
     time ({(op, form, direction): seconds}; missing or n/a = None): the dense call's us, each
     other form's time over it, a per-sequence loop's over the packed call's where both are
     forms, and issue 18's packed target."""
-    import math
-
     from . import grid
 
     rows = []
     for op in grid.FORM_OPS:
         for direction in grid.DIRECTIONS:
-            t = {f: device.get((op, f, direction)) for f in grid.FORMS}
-            t = {f: None if v is None or math.isnan(v) else v for f, v in t.items()}
+            t = {f: _recorded(device, (op, f, direction)) for f in grid.FORMS}
             dense = t["dense"]
             ratio = {f: t[f] / dense if dense and t[f] else None for f in grid.FORMS if f != "dense"}
             looped, packed = t.get("looped"), t.get("packed")
@@ -137,26 +140,23 @@ def form_rows(device: dict) -> list[dict]:
 
 
 # issue 17 goal 2, % of copy (met: at least the bar): k = 8, v = 1 fwd 60 and fwd+bwd 50; the other widths fwd 40
-BLOCK_BARS = {("k8v1", "fwd"): 60, ("k8v1", "fwdbwd"): 50, "fwd": 40}
+BLOCK_BARS = {("k8v1", "fwd"): 60, ("k8v1", "fwdbwd"): 50, ("k4v1", "fwd"): 40, ("k16v1", "fwd"): 40,
+              ("k16v16", "fwd"): 40}
 
 
 def block_rows(device: dict, moved: dict, copy_bw: float) -> list[dict]:
     """Issue 17's block widths (grid.BLOCK_*) from ``suite.block_cells``'s device time and bytes
     ({(shape, width, direction): seconds / bytes}; missing or n/a = None): us, % of copy (bytes /
     time / ``copy_bw``) and the goal's bar where it sets one."""
-    import math
-
     from . import grid
 
     rows = []
     for shape in grid.BLOCK_SHAPES:
         for width, (k, v) in grid.BLOCK_WIDTHS.items():
             for direction in grid.DIRECTIONS:
-                t, b = device.get((shape, width, direction)), moved.get((shape, width, direction))
-                t = None if t is None or math.isnan(t) else t
-                b = None if b is None or math.isnan(b) else b
+                t, b = _recorded(device, (shape, width, direction)), _recorded(moved, (shape, width, direction))
                 pct = 100 * b / t / copy_bw if t and b else None
-                bar = BLOCK_BARS.get((width, direction), BLOCK_BARS.get(direction) if width != "k8v1" else None)
+                bar = BLOCK_BARS.get((width, direction))
                 rows.append(dict(shape=shape, k=k, v=v, direction=direction, us=t * 1e6 if t else None,
                                  mb=b / 1e6 if b else None, pct=pct, bar=bar,
                                  met=None if bar is None or pct is None else pct >= bar))
@@ -217,8 +217,7 @@ def layer_rows(cells: dict, measured_only: bool = False) -> list[dict]:
     for mixer, (shape, (B, T, d)) in itertools.product(grid.LAYER_MIXERS, grid.LAYER_SHAPES.items()):
         for dtype in grid.LAYER_DTYPES:
             def get(impl, table="seconds"):
-                v = cells[table].get((mixer, shape, impl, dtype))
-                return None if v is None or math.isnan(v) else v
+                return _recorded(cells[table], (mixer, shape, impl, dtype))
 
             if measured_only and all(get(impl) is None for impl in grid.LAYER_IMPLS):
                 continue
@@ -243,8 +242,8 @@ def stack_rows(cells: dict) -> list[dict]:
     rows = []
     for (shape, (B, T, d)), dtype in itertools.product(grid.STACK_SHAPES.items(), grid.LAYER_DTYPES):
         def get(impl, table="seconds", scale=1.0):
-            v = cells[table].get((shape, impl, dtype))
-            return None if v is None or math.isnan(v) else v * scale
+            v = _recorded(cells[table], (shape, impl, dtype))
+            return None if v is None else v * scale
 
         eager, compiled = get("kernel"), get("kernel_compile")
         if eager is None and compiled is None:
