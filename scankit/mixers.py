@@ -382,6 +382,8 @@ class MinGRUStack(nn.Module):
 
     def __init__(self, dim: int, depth: int, mixer="mingru", **mixer_kwargs):
         super().__init__()
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an int >= 1 (the number of blocks); got {depth!r}")
         names = [mixer] * depth if isinstance(mixer, str) else list(mixer)
         if len(names) != depth:
             raise ValueError(f"mixer must be a name or a list of {depth} names; got {len(names)}")

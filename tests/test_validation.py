@@ -84,3 +84,6 @@ def test_mixer_bad_inputs():
         scankit.GivensMinGRU(4, 12, block_size=3)
     with pytest.raises(ValueError, match="mixer must be one of"):
         scankit.MinGRUStack(8, 2, mixer="lstm")
+    for depth in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match=rf"depth must be an int >= 1 \(the number of blocks\); got {depth!r}"):
+            scankit.MinGRUStack(8, depth)
