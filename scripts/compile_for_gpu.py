@@ -128,7 +128,7 @@ def _shape_classes():
         yield f"matrix_scan state h0 {cls}", "matrix_scan", (M, x), dict(h0=h, return_prefix=False)
         yield f"matrix_scan reverse {cls}", "matrix_scan", (M, x), dict(reverse=True)  # the kernels' REV
         yield f"matrix_scan state h0 reverse {cls}", "matrix_scan", (M, x), dict(h0=h, return_prefix=False, reverse=True)
-        for k, v in ((4, 2), (8, 1), (16, 16)):
+        for k, v in ((4, 2), (8, 1), (16, 16), (3, 3), (6, 5)):  # (3, 3), (6, 5): tiles padded
             A, Bm, h = r(B, T, n, k, k), r(B, T, n, k, v), r(B, n, k, v)
             yield f"matrix_affine_scan k{k} v{v} {cls}", "matrix_affine_scan", (A, Bm), {}
             yield f"matrix_affine_scan k{k} v{v} state h0 {cls}", "matrix_affine_scan", (A, Bm), dict(h0=h, return_prefix=False)

@@ -87,6 +87,19 @@ def test_matrix_affine_envelope(k, v, T, seed, launches):
     check("matrix_affine_scan", xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
 
 
+@pytest.mark.parametrize("T", [1, 13, 40])
+@pytest.mark.parametrize("k,v", [(3, 1), (3, 3), (5, 2), (6, 16), (7, 5), (12, 1), (1, 3), (16, 9)])
+def test_matrix_affine_blocks_not_powers_of_two(k, v, T, seed, launches):
+    """k or v not a power of two: the generic kernels pad their tiles (zeros in, never stored),
+    the k = 3 backward runs in lane blocks. Prefix form, then states from h0 on strided inputs,
+    forward and grads against the float64 oracle; T = 40 chunks (the interpreter's geometry)."""
+    xs = OPS["matrix_affine_scan"].inputs(dict(B=2, T=T, n=3, k=k, v=v), device=DEVICE, seed=seed)
+    check("matrix_affine_scan", xs, 1e-5, 1e-5, 1e-4, 1e-5, launches)
+    launches.clear()
+    check_states("matrix_affine_scan", xs, (2, 3, k, v), strided=True)
+    assert "_fwd_kernel" in launches and launches[-1] == ("_bwdk_kernel" if k == 3 else "_bwd_kernel"), launches
+
+
 @pytest.mark.parametrize("op_name,dims", [("linear_scan", dict(B=2, D=7)), ("matrix_scan", dict(B=2, n=3)),
                                           ("matrix_affine_scan", dict(B=2, n=2, k=4, v=2))])
 @pytest.mark.parametrize("with_h0", [False, True])
@@ -218,7 +231,7 @@ def test_half_precision(op_name, dims, dtype, tol, seed, launches):
 
 
 OUTSIDE = [
-    ("matrix_affine_scan", lambda: OPS["matrix_affine_scan"].inputs(dict(B=2, T=5, n=1, k=3, v=1), device=DEVICE)),
+    ("matrix_affine_scan", lambda: OPS["matrix_affine_scan"].inputs(dict(B=2, T=5, n=1, k=17, v=1), device=DEVICE)),
     ("matrix_affine_scan", lambda: OPS["matrix_affine_scan"].inputs(dict(B=2, T=5, n=1, k=2, v=32), device=DEVICE)),
     ("linear_scan", lambda: OPS["linear_scan"].inputs(dict(B=2, T=5, D=3), device=DEVICE, dtype=torch.float64)),
 ]

@@ -37,8 +37,23 @@ def _offsets(n, rows, cols, s_n, s_r, s_c):
 
 
 @triton.jit
-def _fold(sp_ptr, sb_ptr, sa_ptr, xa, xb, bi, first, step, count, NC, N, off_kk, off_kv, nmask,
-          K: tl.constexpr, V: tl.constexpr, TRACK: tl.constexpr, ADD_A: tl.constexpr):
+def _inside(rows, cols, R: tl.constexpr, C: tl.constexpr):
+    """(1, rows, cols): the entries of an (R x C) block in a tile padded to powers of two."""
+    return (rows[None, :, None] < R) & (cols[None, None, :] < C)
+
+
+@triton.jit
+def _on(m, inside, PAD: tl.constexpr):
+    """The mask ``m`` of a tile's loads and stores, its padding (``inside``) off where k or v is not
+    a power of two (PAD): padded entries load as 0, which the products keep 0, and are never stored."""
+    if PAD:
+        m = m & inside
+    return m
+
+
+@triton.jit
+def _fold(sp_ptr, sb_ptr, sa_ptr, xa, xb, bi, first, step, count, NC, N, off_kk, off_kv, nmask, in_kk, in_kv,
+          K: tl.constexpr, V: tl.constexpr, PAD: tl.constexpr, TRACK: tl.constexpr, ADD_A: tl.constexpr):
     """(xa, xb) carried through ``count`` chunk summaries (product sp, state from zero sb, and
     with ADD_A the second state's sa; slots (bi * NC + j) * N), chunks j = first, first + step,
     ...: a main-pass program's carry-in, forward (chunks 0 .. ci - 1; xa the running product
@@ -46,21 +61,21 @@ def _fold(sp_ptr, sb_ptr, sa_ptr, xa, xb, bi, first, step, count, NC, N, off_kk,
     scan of the summaries, folded into the main pass."""
     for c in range(0, count):
         slot = (bi * NC + first + step * c) * N
-        p = tl.load(sp_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
-        xb = _mm(p, xb) + tl.load(sb_ptr + slot * K * V + off_kv, mask=nmask, other=0.0)
+        p = tl.load(sp_ptr + slot * K * K + off_kk, mask=_on(nmask, in_kk, PAD), other=0.0)
+        xb = _mm(p, xb) + tl.load(sb_ptr + slot * K * V + off_kv, mask=_on(nmask, in_kv, PAD), other=0.0)
         if TRACK:
             xa = _mm(p, xa)
             if ADD_A:
-                xa += tl.load(sa_ptr + slot * K * K + off_kk, mask=nmask, other=0.0)
+                xa += tl.load(sa_ptr + slot * K * K + off_kk, mask=_on(nmask, in_kk, PAD), other=0.0)
     return xa, xb
 
 
 @triton.jit
-def _step_ab(a_ptr, b_ptr, a_rel, b_rel, t, T, sa_t, sb_t, mask, REV: tl.constexpr):
+def _step_ab(a_ptr, b_ptr, a_rel, b_rel, t, T, sa_t, sb_t, mask, in_kk, in_kv, PAD: tl.constexpr, REV: tl.constexpr):
     """(A_t, b_t) of the forward's step t in fp32 (zeros where masked)."""
     r = row(t, T, REV)
-    at = tl.load(a_ptr + r * sa_t + a_rel, mask=mask, other=0.0).to(tl.float32)
-    bt = tl.load(b_ptr + r * sb_t + b_rel, mask=mask, other=0.0).to(tl.float32)
+    at = tl.load(a_ptr + r * sa_t + a_rel, mask=_on(mask, in_kk, PAD), other=0.0).to(tl.float32)
+    bt = tl.load(b_ptr + r * sb_t + b_rel, mask=_on(mask, in_kv, PAD), other=0.0).to(tl.float32)
     return at, bt
 
 
@@ -69,53 +84,57 @@ def _fwd_kernel(
     a_ptr, b_ptr, h0_ptr, carry_a_ptr, carry_b_ptr, out_a_ptr, out_b_ptr,
     T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sb_b, sb_t, sb_n, sb_i, sb_j, sh_b, sh_n, sh_i, sh_j,
-    K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr, PAD: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, TRACK_A: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
 ):
-    """Step t of the scan reads and writes memory row ``row(t, T, REV)`` (REV: from the end)."""
+    """Step t of the scan reads and writes memory row ``row(t, T, REV)`` (REV: from the end).
+    Tiles are (BN, KB, KB) and (BN, KB, VB): k and v padded to powers of two (PAD: KB > K or VB > V)."""
     bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BN + tl.arange(0, BN)
-    ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
+    ki, kj, vj = tl.arange(0, KB), tl.arange(0, KB), tl.arange(0, VB)
     nmask = (n < N)[:, None, None]
+    in_kk, in_kv = _inside(ki, kj, K, K), _inside(ki, vj, K, V)
     off_kk = _offsets(n, ki, kj, K * K, K, 1)  # contiguous outputs / summaries
     off_kv = _offsets(n, ki, vj, K * V, V, 1)
 
-    xa = tl.where(ki[None, :, None] == kj[None, None, :], 1.0, 0.0) + tl.zeros((BN, K, K), tl.float32)
-    xb = tl.zeros((BN, K, V), tl.float32)
+    xa = tl.where(ki[None, :, None] == kj[None, None, :], 1.0, 0.0) + tl.zeros((BN, KB, KB), tl.float32)
+    xb = tl.zeros((BN, KB, VB), tl.float32)
     if not SUMMARY:
         if HAS_H0:
-            xb = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=nmask, other=0.0).to(tl.float32)
+            xb = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=_on(nmask, in_kv, PAD),
+                         other=0.0).to(tl.float32)
         if HAS_CARRY:
             xa, xb = _fold(carry_a_ptr, carry_b_ptr, None, xa, xb, bi, 0, 1, ci, NC, N, off_kk, off_kv, nmask,
-                           K, V, TRACK_A, False)
+                           in_kk, in_kv, K, V, PAD, TRACK_A, False)
 
     a_rel = bi * sa_b + _offsets(n, ki, kj, sa_n, sa_i, sa_j)
     b_rel = bi * sb_b + _offsets(n, ki, vj, sb_n, sb_i, sb_j)
     t0 = ci * CHUNK
     # each step's (A_t, b_t) is loaded one step ahead (register prefetch): its memory latency
     # overlaps the step before instead of stalling the state's dependent chain every step
-    at, bt = _step_ab(a_ptr, b_ptr, a_rel, b_rel, t0, T, sa_t, sb_t, when(t0 < T, nmask), REV)
+    at, bt = _step_ab(a_ptr, b_ptr, a_rel, b_rel, t0, T, sa_t, sb_t, when(t0 < T, nmask), in_kk, in_kv, PAD, REV)
     for j in range(0, CHUNK):
         t = t0 + j
         m = when(t < T, nmask)
         r = row(t, T, REV)
         at_next, bt_next = _step_ab(a_ptr, b_ptr, a_rel, b_rel, t + 1, T, sa_t, sb_t,
-                                    when((t + 1 < T) & (j + 1 < CHUNK), nmask), REV)
+                                    when((t + 1 < T) & (j + 1 < CHUNK), nmask), in_kk, in_kv, PAD, REV)
         # rows past T keep the state: A = 0 there, so blend instead of multiplying
         xb = tl.where(m, _mm(at, xb) + bt, xb)
         if TRACK_A:
             xa = tl.where(m, _mm(at, xa), xa)
         if not SUMMARY:
             at_row = (bi * T + r) * N
-            tl.store(out_b_ptr + at_row * K * V + off_kv, xb.to(out_b_ptr.dtype.element_ty), mask=m)
+            tl.store(out_b_ptr + at_row * K * V + off_kv, xb.to(out_b_ptr.dtype.element_ty), mask=_on(m, in_kv, PAD))
             if TRACK_A:
-                tl.store(out_a_ptr + at_row * K * K + off_kk, xa.to(out_a_ptr.dtype.element_ty), mask=m)
+                tl.store(out_a_ptr + at_row * K * K + off_kk, xa.to(out_a_ptr.dtype.element_ty),
+                         mask=_on(m, in_kk, PAD))
         at, bt = at_next, bt_next
     if SUMMARY:
         side = (bi * NC + ci) * N
-        tl.store(out_a_ptr + side * K * K + off_kk, xa, mask=nmask)
-        tl.store(out_b_ptr + side * K * V + off_kv, xb, mask=nmask)
+        tl.store(out_a_ptr + side * K * K + off_kk, xa, mask=_on(nmask, in_kk, PAD))
+        tl.store(out_b_ptr + side * K * V + off_kv, xb, mask=_on(nmask, in_kv, PAD))
 
 
 # Lane blocks (the backward of k x k, 3 <= k <= LANE_BLOCKS["max_k"]): one lane per block, the block and its
@@ -411,24 +430,25 @@ def _fwd2_kernel(
 
 @triton.jit
 def _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv, bi, t, T, N, sa_t, m,
-                    K: tl.constexpr, V: tl.constexpr, HAS_GA: tl.constexpr, SUMMARY: tl.constexpr,
-                    REV: tl.constexpr):
+                    in_kk, in_kv, K: tl.constexpr, V: tl.constexpr, PAD: tl.constexpr, HAS_GA: tl.constexpr,
+                    SUMMARY: tl.constexpr, REV: tl.constexpr):
     """The backward's loads for step t (fp32, zeros where masked): A_{t+1}^T, the output grads
     g_t (and g^A_t with HAS_GA), and, outside the summary pass, the outputs of step t - 1 (h_{t-1},
     Abar_{t-1}); the ones a variant does not use are zeros."""
-    c = tl.load(a_ptr + row(t + 1, T, REV) * sa_t + a_rel_t, mask=when(t + 1 < T, m), other=0.0).to(tl.float32)
+    m_kk, m_kv = _on(m, in_kk, PAD), _on(m, in_kv, PAD)
+    c = tl.load(a_ptr + row(t + 1, T, REV) * sa_t + a_rel_t, mask=when(t + 1 < T, m_kk), other=0.0).to(tl.float32)
     at_row = (bi * T + row(t, T, REV)) * N
     before = (bi * T + row(t - 1, T, REV)) * N  # the previous step's outputs
-    u = tl.load(gb_ptr + at_row * K * V + off_kv, mask=m, other=0.0).to(tl.float32)
+    u = tl.load(gb_ptr + at_row * K * V + off_kv, mask=m_kv, other=0.0).to(tl.float32)
     ua = tl.zeros(c.shape, tl.float32)
     prev_b = tl.zeros(u.shape, tl.float32)
     prev_a = tl.zeros(c.shape, tl.float32)
     if HAS_GA:
-        ua = tl.load(ga_ptr + at_row * K * K + off_kk, mask=m, other=0.0).to(tl.float32)
+        ua = tl.load(ga_ptr + at_row * K * K + off_kk, mask=m_kk, other=0.0).to(tl.float32)
     if not SUMMARY:
-        prev_b = tl.load(outb_ptr + before * K * V + off_kv, mask=when(t > 0, m), other=0.0).to(tl.float32)
+        prev_b = tl.load(outb_ptr + before * K * V + off_kv, mask=when(t > 0, m_kv), other=0.0).to(tl.float32)
         if HAS_GA:
-            prev_a = tl.load(outa_ptr + before * K * K + off_kk, mask=when(t > 0, m), other=0.0).to(tl.float32)
+            prev_a = tl.load(outa_ptr + before * K * K + off_kk, mask=when(t > 0, m_kk), other=0.0).to(tl.float32)
     return c, u, ua, prev_b, prev_a
 
 
@@ -438,38 +458,41 @@ def _bwd_kernel(
     da_ptr, db_ptr, dh0_ptr, sum_p_ptr,
     T, N, NC, CHUNK, NBC,
     sa_b, sa_t, sa_n, sa_i, sa_j, sh_b, sh_n, sh_i, sh_j,
-    K: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr, PAD: tl.constexpr, BN: tl.constexpr,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, REV: tl.constexpr,
 ):
-    """Steps t, t + 1, t - 1 of the scan at memory rows ``row(., T, REV)`` (REV: from the end)."""
+    """Steps t, t + 1, t - 1 of the scan at memory rows ``row(., T, REV)`` (REV: from the end).
+    Tiles padded to powers of two as in ``_fwd_kernel``."""
     bi, ci, ni = program(NBC, NC, I64, FOLD)
     n = ni * BN + tl.arange(0, BN)
-    ki, kj, vj = tl.arange(0, K), tl.arange(0, K), tl.arange(0, V)
+    ki, kj, vj = tl.arange(0, KB), tl.arange(0, KB), tl.arange(0, VB)
     nmask = (n < N)[:, None, None]
+    in_kk, in_kv = _inside(ki, kj, K, K), _inside(ki, vj, K, V)
     off_kk = _offsets(n, ki, kj, K * K, K, 1)
     off_kv = _offsets(n, ki, vj, K * V, V, 1)
-    eye = tl.where(ki[None, :, None] == kj[None, None, :], 1.0, 0.0) + tl.zeros((BN, K, K), tl.float32)
+    eye = tl.where(ki[None, :, None] == kj[None, None, :], 1.0, 0.0) + tl.zeros((BN, KB, KB), tl.float32)
     side = (bi * NC + ci) * N
 
-    gb = tl.zeros((BN, K, V), tl.float32)
-    ga = tl.zeros((BN, K, K), tl.float32)
+    gb = tl.zeros((BN, KB, VB), tl.float32)
+    ga = tl.zeros((BN, KB, KB), tl.float32)
     prod = eye
     if HAS_CARRY:
         ga, gb = _fold(sum_p_ptr, carry_b_ptr, carry_a_ptr, ga, gb, bi, NC - 1, -1, NC - 1 - ci, NC, N, off_kk,
-                       off_kv, nmask, K, V, HAS_GA, True)
+                       off_kv, nmask, in_kk, in_kv, K, V, PAD, HAS_GA, True)
 
     a_rel_t = bi * sa_b + _offsets(n, ki, kj, sa_n, sa_j, sa_i)  # A^T
     t_hi = ci * CHUNK + CHUNK - 1
     # each step's loads are made one step ahead (register prefetch), as in the forward
     c, u, ua, prev_b, prev_a = _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv,
-                                               bi, t_hi, T, N, sa_t, when(t_hi < T, nmask), K, V, HAS_GA,
-                                               SUMMARY, REV)
+                                               bi, t_hi, T, N, sa_t, when(t_hi < T, nmask), in_kk, in_kv, K, V,
+                                               PAD, HAS_GA, SUMMARY, REV)
     for j in range(0, CHUNK):
         t = t_hi - j  # descending time
         m = when(t < T, nmask)
         nxt = _bwd_step_loads(a_ptr, gb_ptr, ga_ptr, outb_ptr, outa_ptr, a_rel_t, off_kk, off_kv, bi, t - 1, T, N,
-                              sa_t, when((t - 1 < T) & (j + 1 < CHUNK), nmask), K, V, HAS_GA, SUMMARY, REV)
+                              sa_t, when((t - 1 < T) & (j + 1 < CHUNK), nmask), in_kk, in_kv, K, V, PAD, HAS_GA,
+                              SUMMARY, REV)
         at_row = (bi * T + row(t, T, REV)) * N
         gb = tl.where(m, _mm(c, gb) + u, gb)
         if HAS_GA:
@@ -479,23 +502,25 @@ def _bwd_kernel(
         else:
             first = t == 0
             if HAS_H0:
-                h0 = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j), mask=when(first, m), other=0.0)
+                h0 = tl.load(h0_ptr + bi * sh_b + _offsets(n, ki, vj, sh_n, sh_i, sh_j),
+                             mask=_on(when(first, m), in_kv, PAD), other=0.0)
                 prev_b += h0.to(tl.float32)
             da = _mm_t(gb, prev_b)
             if HAS_GA:
                 da += _mm_t(ga, tl.where(first, eye, prev_a))
-            tl.store(da_ptr + at_row * K * K + off_kk, da.to(da_ptr.dtype.element_ty), mask=m)
-            tl.store(db_ptr + at_row * K * V + off_kv, gb.to(db_ptr.dtype.element_ty), mask=m)
+            tl.store(da_ptr + at_row * K * K + off_kk, da.to(da_ptr.dtype.element_ty), mask=_on(m, in_kk, PAD))
+            tl.store(db_ptr + at_row * K * V + off_kv, gb.to(db_ptr.dtype.element_ty), mask=_on(m, in_kv, PAD))
         c, u, ua, prev_b, prev_a = nxt
     if SUMMARY:
-        tl.store(sum_p_ptr + side * K * K + off_kk, prod, mask=nmask)
-        tl.store(carry_b_ptr + side * K * V + off_kv, gb, mask=nmask)
+        tl.store(sum_p_ptr + side * K * K + off_kk, prod, mask=_on(nmask, in_kk, PAD))
+        tl.store(carry_b_ptr + side * K * V + off_kv, gb, mask=_on(nmask, in_kv, PAD))
         if HAS_GA:
-            tl.store(carry_a_ptr + side * K * K + off_kk, ga, mask=nmask)
+            tl.store(carry_a_ptr + side * K * K + off_kk, ga, mask=_on(nmask, in_kk, PAD))
     elif HAS_H0:
         if ci == 0:  # dL/dh_0 = A_1^T G^_1
-            a0t = tl.load(a_ptr + row(0, T, REV) * sa_t + a_rel_t, mask=nmask, other=0.0).to(tl.float32)
-            tl.store(dh0_ptr + bi * N * K * V + off_kv, _mm(a0t, gb).to(dh0_ptr.dtype.element_ty), mask=nmask)
+            a0t = tl.load(a_ptr + row(0, T, REV) * sa_t + a_rel_t, mask=_on(nmask, in_kk, PAD), other=0.0).to(tl.float32)
+            tl.store(dh0_ptr + bi * N * K * V + off_kv, _mm(a0t, gb).to(dh0_ptr.dtype.element_ty),
+                     mask=_on(nmask, in_kv, PAD))
 
 
 @triton.jit
@@ -583,8 +608,16 @@ TUNING = Knobs({"product_elems": 512, "min_chunk": 32, "num_warps": 1})
 
 
 def _block_lanes(N: int, K: int, V: int) -> int:
-    """Blocks per program: keep the (BN, K, K, max(K, V)) product near TUNING's size."""
+    """Blocks per program: keep the (BN, K, K, max(K, V)) product (k and v padded to powers of
+    two, as the tiles are) near TUNING's size."""
+    K, V = next_pow2(K), next_pow2(V)
     return max(1, min(next_pow2(N), 32, TUNING["product_elems"] // (K * K * max(K, V))))
+
+
+def _tiles(K: int, V: int) -> dict:
+    """The generic kernels' block constants: k, v, their tiles' sizes (powers of two) and PAD."""
+    KB, VB = next_pow2(K), next_pow2(V)
+    return dict(K=K, V=V, KB=KB, VB=VB, PAD=(KB, VB) != (K, V))
 
 
 def _warps(device) -> int:
@@ -706,7 +739,7 @@ def _fwd_slot(kind, A, Bm, h0, sums, outs, bn, nc, track_a, summary, reverse):
     if kind == "2x2":
         return common.Slot(_fwd2_kernel, grid, BLOCK_N=bn, VEC=_contiguous_blocks(A, Bm), **_knobs_2x2(A.device),
                            **flags)
-    return common.Slot(_fwd_kernel, grid, K=K, V=Bm.shape[-1], BN=bn, num_warps=_warps(A.device), **flags)
+    return common.Slot(_fwd_kernel, grid, **_tiles(K, Bm.shape[-1]), BN=bn, num_warps=_warps(A.device), **flags)
 
 
 def _fwd_strides(kind, A, Bm, h0):
@@ -807,7 +840,7 @@ def _plan_backward(A, h0, gb, ga, out_b, out_a, reverse):
         consts = dict(K=K, V=V, BLOCK_N=bn, num_warps=LANE_BLOCKS["num_warps"] if on_gpu(A.device) else 1)
     else:
         kernel = _bwd_kernel
-        consts = dict(K=K, V=V, BN=bn, num_warps=_warps(A.device))
+        consts = dict(**_tiles(K, V), BN=bn, num_warps=_warps(A.device))
     meta = lambda *shape: torch.empty(shape, device="meta")  # noqa: E731
     consts.update(HAS_H0=has_h0, HAS_GA=has_ga, REV=reverse,
                   I64=needs_int64(A, gb, ga, meta(B, T, N, K, K), meta(B, T, N, K, V)))

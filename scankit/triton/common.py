@@ -12,7 +12,7 @@ from triton.runtime.jit import JITFunction
 from ..dispatch import ScanFallback
 
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-KERNEL_KV = (1, 2, 4, 8, 16)
+KERNEL_MAX_KV = 16  # k, v up to it (tiles padded to powers of two)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -228,8 +228,8 @@ def check_envelope(op: str, *tensors, kv=None) -> None:
             raise ScanFallback(f"{op}: kernels take float32/bfloat16/float16, got {x.dtype}")
         if not (x.is_cuda or x.is_cpu):  # (properties: ``x.device.type`` builds a device first)
             raise ScanFallback(f"{op}: kernels run on CUDA (or the CPU interpreter), got {x.device}")
-    if kv is not None and any(s not in KERNEL_KV for s in kv):
-        raise ScanFallback(f"{op}: kernels take k, v in {KERNEL_KV}, got k, v = {kv}")
+    if kv is not None and not all(1 <= s <= KERNEL_MAX_KV for s in kv):
+        raise ScanFallback(f"{op}: kernels take k, v in 1..{KERNEL_MAX_KV}, got k, v = {kv}")
 
 
 def empty_like_shape(shape, like: torch.Tensor) -> torch.Tensor:
