@@ -21,14 +21,21 @@ from .lang import program, row, when
 
 @triton.jit
 def _mm(x, y):
-    """(BN, K, M) @ (BN, M, W) -> (BN, K, W)."""
-    return tl.sum(x[:, :, :, None] * y[:, None, :, :], axis=2)
+    """(BN, K, M) @ (BN, M, W) -> (BN, K, W): ``tl.dot`` at fp32 accuracy where every side is
+    at least 16 (its minimum), else a broadcast multiply-sum."""
+    if (x.shape[1] >= 16) and (x.shape[2] >= 16) and (y.shape[2] >= 16):
+        return tl.dot(x, y, input_precision="tf32x3")
+    else:
+        return tl.sum(x[:, :, :, None] * y[:, None, :, :], axis=2)
 
 
 @triton.jit
 def _mm_t(x, y):
     """(BN, K, M) @ (BN, W, M)^T -> (BN, K, W)."""
-    return tl.sum(x[:, :, None, :] * y[:, None, :, :], axis=3)
+    if (x.shape[1] >= 16) and (x.shape[2] >= 16) and (y.shape[1] >= 16):
+        return tl.dot(x, tl.permute(y, (0, 2, 1)), input_precision="tf32x3")
+    else:
+        return tl.sum(x[:, :, None, :] * y[:, None, :, :], axis=3)
 
 
 @triton.jit
