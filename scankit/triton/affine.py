@@ -813,6 +813,7 @@ def _backward(A, h0, gb, ga, out_b, out_a, reverse: bool = False):
     ``reverse``). Planned once per shape class, as ``_forward``."""
     gb = gb.contiguous()
     ga = ga.contiguous() if ga is not None else None
+    out_a = out_a if ga is not None else None  # the running product is read only with its gradient
     key = ("bwd", A.shape, A.stride(), A.dtype, A.device, align(A), A.storage_offset() & 3,
            None if h0 is None else h0.stride(), align(h0), gb.shape, align(gb), align(ga), out_b.stride(),
            align(out_b), None if out_a is None else out_a.stride(), align(out_a), reverse, common.plan_epoch())
@@ -877,8 +878,7 @@ def _dense(A, B, h0, track_a, reverse, reset):
 affine_scan = prefix_scan_op(
     "affine_scan",
     _dense,
-    lambda A, h0, Abar, out, g_Abar, g_out, reverse, reset: _backward(A, h0, g_out, g_Abar, out,
-                                                                      Abar if g_Abar is not None else None, reverse),
+    lambda A, h0, Abar, out, g_Abar, g_out, reverse, reset: _backward(A, h0, g_out, g_Abar, out, Abar, reverse),
 )
 
 
@@ -893,8 +893,7 @@ def _vector_dense(M, b, h0, track_a, reverse, reset):
 
 
 def _vector_backward(M, h0, Abar, out, g_Abar, g_out, reverse, reset):
-    dM, db, dh0 = _backward(M, _column(h0), _column(g_out), g_Abar, _column(out),
-                            Abar if g_Abar is not None else None, reverse)
+    dM, db, dh0 = _backward(M, _column(h0), _column(g_out), g_Abar, _column(out), Abar, reverse)
     return dM, db.squeeze(-1), None if dh0 is None else dh0.squeeze(-1)
 
 
