@@ -2,8 +2,10 @@
 
 Layout (B, T, n, k, k) and (B, T, n, k, v). One program owns (batch, T-chunk, BN blocks)
 and walks time keeping the (BN, k, k) running product and the (BN, k, v) state in
-registers; products are broadcast-multiply-sums in fp32 (no ``tl.dot``: its TF32 default
-would cost ~1e-3 relative error, and k < 16 is below its minimum anyway).
+registers. Products whose sides are all >= 16 (``tl.dot``'s minimum: k = 16, and k of 9-15 in
+their padded tiles, with the other side >= 16) run on the tensor cores at ``tf32x3`` (fp32-grade:
+TF32's default would cost ~1e-3 relative error). Smaller products are broadcast multiply-sums
+in fp32.
 The backward walks t = T..1: ``G^_t = G_t + A_{t+1}^T G^_{t+1}``,
 ``dA_t = G^A_t Abar_{t-1}^T + G^B_t Bbar_{t-1}^T``, ``dB_t = G^B_t``, re-reading the saved
 forward outputs. Long sequences with few lanes split T into chunks as in
