@@ -59,3 +59,16 @@ def test_block_rows_give_the_percent_of_copy_and_the_goals_bars():
     na = rows["vlong", 16, 16, "fwd"]
     assert na["us"] is None and na["pct"] is None and na["met"] is None
     assert rows["large", 16, 1, "fwd"]["us"] == pytest.approx(2.0e9 / bw / 0.55 * 1e6)
+    assert all(r["n"] == grid.SHAPES[r["shape"]].d // r["k"] for r in rows.values())
+
+
+def test_the_block_table_renders_its_rows(tmp_path):
+    from benchmarks.harness import report
+
+    blocks = report.block_rows({("large", "k8v1", "fwd"): 1e-3}, {("large", "k8v1", "fwd"): 2.0e9}, 4.0e12)
+    env = dict(torch="2.x", triton="3.x", device="GPU", driver="1", commit="abc", time="2026-01-01T00:00:00Z")
+    md = report.write("scan_bench", dict(env=env, rows=[], skipped=[], copy_bw=4.0e12, blocks=blocks), tmp_path)[1]
+    text = md.read_text()
+    assert "## Block widths (issue 17)" in text
+    assert "| large | 32 | 8 | 1 | fwd | 1,000.0 | 2,000.0 | 50% | 60% | **no** |" in text
+    assert "| vlong | 32 | 8 | 1 | fwdbwd | n/a | n/a | n/a | 50% |  |" in text

@@ -157,7 +157,8 @@ def block_rows(device: dict, moved: dict, copy_bw: float) -> list[dict]:
                 t, b = _recorded(device, (shape, width, direction)), _recorded(moved, (shape, width, direction))
                 pct = 100 * b / t / copy_bw if t and b else None
                 bar = BLOCK_BARS.get((width, direction))
-                rows.append(dict(shape=shape, k=k, v=v, direction=direction, us=t * 1e6 if t else None,
+                rows.append(dict(shape=shape, n=grid.SHAPES[shape].d // k, k=k, v=v, direction=direction,
+                                 us=t * 1e6 if t else None,
                                  mb=b / 1e6 if b else None, pct=pct, bar=bar,
                                  met=None if bar is None or pct is None else pct >= bar))
     return rows
