@@ -39,8 +39,16 @@ def _partner(h, partner):
 
 
 @triton.jit
-def _angles(ang_ptr, base, pair, r, s_r, s_p, mask):
-    """cos and sin of round r's angles: ``base`` per lane, ``pair`` per column, shaped to broadcast."""
+def _angles(ang_ptr, base, pair, ih, r, s_r, s_p, mask, PAR: tl.constexpr):
+    """cos and sin of round r's angles per column: ``base`` per lane, ``pair`` per column and
+    ``ih`` the pair index (k / 2 of them), shaped to broadcast. In a round of parity 0 (pairs
+    (0, 1), (2, 3) ...) each pair's angle is loaded and its cos / sin taken once, then interleaved
+    to both its rows (cos / sin cost far more than the move; a gather from the pair values, which
+    parity 1 would need, made Triton 3.6's TritonGPUOptimizeThreadLocality pass fail at k = 8)."""
+    if PAR == 0:
+        th = tl.load(ang_ptr + base + r * s_r + ih * s_p, mask=mask, other=0.0).to(tl.float32)
+        c, s = tl.cos(th), tl.sin(th)
+        return tl.interleave(c, c), tl.interleave(s, s)
     th = tl.load(ang_ptr + base + r * s_r + pair * s_p, mask=mask, other=0.0).to(tl.float32)
     return tl.cos(th), tl.sin(th)
 
@@ -68,13 +76,13 @@ def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K: tl.constexpr, BN: tl.constexpr
 
 
 @triton.jit
-def _step(u, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
+def _step(u, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
           sg_b, sg_t, sg_n, K: tl.constexpr, R: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
           COLS: tl.constexpr, TRANSPOSE: tl.constexpr):
     """A_t u = gamma_t G_{R-1} ... G_0 S_t u (A_t^T u if TRANSPOSE) for vectors u along the last
-    axis (column index i); ``lane`` and its mask ``lm`` index u's lanes, shaped to broadcast
-    against it. With COLS also A_t (A_t^T) of ``cols``, each lane's (K, K) columns, from the
-    same loads: a step's angles are loaded and their cos / sin taken once for both."""
+    axis (column index i, pair index ih); ``lane`` and its mask ``lm`` index u's lanes, shaped to
+    broadcast against it. With COLS also A_t (A_t^T) of ``cols``, each lane's (K, K) columns,
+    from the same loads: a step's angles are loaded and their cos / sin taken once for both."""
     if HAS_SCALE:
         sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + lane * ss_n, mask=lm, other=1.0).to(tl.float32)
     if HAS_GAMMA:
@@ -93,7 +101,7 @@ def _step(u, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, sa_b, sa_t, sa_n
         if TRANSPOSE:  # G_r^T, last round first
             r = R - 1 - rr
         first, pair, partner, sign = _round_tables(i, K, r % 2)
-        c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, lm)
+        c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, lm, r % 2)
         s = sign * s
         if TRANSPOSE:
             s = -s
@@ -129,13 +137,14 @@ def _fold(sm_ptr, sv_ptr, x, bi, first, step, count, NC, N, n, nm, i, K: tl.cons
 @triton.jit
 def _summary_start(B, N, NC, K: tl.constexpr, BN: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr):
     """A summary program's block and lanes, shaped (BN, 1, 1) with their mask; the column index
-    (1, 1, K); its vector (BN, 1, K) zeros and its columns (BN, K, K), an identity per lane,
+    (1, 1, K) and pair index (1, 1, K / 2); its vector (BN, 1, K) zeros and its columns (BN, K, K), an identity per lane,
     which it carries through its chunk's maps."""
     bi, ci, n, nm = _block(B, N, NC, BN, I64, FOLD)
     i = tl.arange(0, K)[None, None, :]
     eye = (tl.arange(0, K)[None, :, None] == i).to(tl.float32)
     cols = tl.zeros((BN, K, K), tl.float32) + eye
-    return bi, ci, n[:, None, None], nm[:, None, None], i, tl.zeros((BN, 1, K), tl.float32), cols
+    ih = tl.arange(0, K // 2)[None, None, :]
+    return bi, ci, n[:, None, None], nm[:, None, None], i, ih, tl.zeros((BN, 1, K), tl.float32), cols
 
 
 @triton.jit
@@ -155,10 +164,10 @@ def _fwd_summary_kernel(
 ):
     """Each T-chunk's map h -> M h + v (the forward's chunk summary, from h = 0 for v): v walks
     the chunk as the forward does, M's columns walk it from the identity (no b)."""
-    bi, ci, lane, lm, i, v, cols = _summary_start(B, N, NC, K, BN, I64, FOLD)
+    bi, ci, lane, lm, i, ih, v, cols = _summary_start(B, N, NC, K, BN, I64, FOLD)
     start = ci * CHUNK
     for t in range(start, tl.minimum(T, start + CHUNK)):
-        v, cols = _step(v, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, sa_b, sa_t, sa_n, sa_r, sa_p,
+        v, cols = _step(v, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, sa_n, sa_r, sa_p,
                         ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, False)
         v += tl.load(b_ptr + bi * sb_b + t * sb_t + lane * sb_n + i * sb_i, mask=lm, other=0.0).to(tl.float32)
     _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, lane, lm, i, K)
@@ -179,10 +188,11 @@ def _fwd_kernel(
     if HAS_CARRY:
         h = _fold(sm_ptr, sv_ptr, h, bi, 0, 1, ci, NC, N, n, nm, i, K)
     out_rows = (bi * T * N + n[:, None]) * K + i[None, :]
+    ih = tl.arange(0, K // 2)[None, :]
     start = ci * CHUNK
     for t in range(start, tl.minimum(T, start + CHUNK)):
-        u, _ = _step(h, h, ang_ptr, sc_ptr, gm_ptr, bi, t, n[:, None], m2, i[None, :], sa_b, sa_t, sa_n, sa_r, sa_p,
-                     ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, False, False)
+        u, _ = _step(h, h, ang_ptr, sc_ptr, gm_ptr, bi, t, n[:, None], m2, i[None, :], ih, sa_b, sa_t, sa_n, sa_r,
+                     sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, False, False)
         bt = tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=m2, other=0.0)
         h = u + bt.to(tl.float32)
         tl.store(out_ptr + out_rows + t * N * K, h.to(out_ptr.dtype.element_ty), mask=m2)
@@ -198,14 +208,14 @@ def _bwd_summary_kernel(
     """Each T-chunk's backward map x -> P x + w: x = dL/dh at the chunk's last step from the
     steps after it, P x + w = dL/dh before its first step; w from the chunk's own grads (x = 0),
     P = A_first^T ... A_last^T (its columns walk the chunk backwards from the identity)."""
-    bi, ci, lane, lm, i, w, cols = _summary_start(B, N, NC, K, BN, I64, FOLD)
+    bi, ci, lane, lm, i, ih, w, cols = _summary_start(B, N, NC, K, BN, I64, FOLD)
     start = ci * CHUNK
     end = tl.minimum(T, start + CHUNK)
     rows = (bi * T * N + lane) * K + i
     for j in range(0, end - start):
         t = end - 1 - j
         w += tl.load(g_ptr + rows + t * N * K, mask=lm, other=0.0).to(tl.float32)
-        w, cols = _step(w, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, sa_b, sa_t, sa_n, sa_r, sa_p,
+        w, cols = _step(w, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, sa_n, sa_r, sa_p,
                         ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, True)
     _store_summary(sm_ptr, sw_ptr, cols, w, bi, ci, NC, N, lane, lm, i, K)
 
@@ -222,7 +232,7 @@ def _bwd_kernel(
     after it pass back (their backward summaries folded, HAS_CARRY)."""
     bi, ci, n, i, nm, h0 = _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K, BN, HAS_H0, I64, FOLD)
     T = idx(T, I64)
-    m2, i2 = nm[:, None], i[None, :]
+    m2, i2, ih = nm[:, None], i[None, :], tl.arange(0, K // 2)[None, :]
     rows = (bi * T * N + n[:, None]) * K + i[None, :]   # contiguous (B, T, n, K) at t = 0
     side = bi * T * N + n                                # contiguous (B, T, n) at t = 0
     carry = tl.zeros((BN, K), tl.float32)                # dL/dh_t through h_{t+1}
@@ -244,7 +254,7 @@ def _bwd_kernel(
         cs = ()  # each round's (cos, sign x sin), the last round's first: the undo's order
         for r in tl.static_range(R):  # recompute the step's rotations
             first, pair, partner, sign = _round_tables(i2, K, r % 2)
-            c, s = _angles(ang_ptr, base, pair, r, sa_r, sa_p, m2)
+            c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, m2, r % 2)
             cs = (c, sign * s) + cs
             u = c * u + sign * s * _partner(u, partner)
         du = gh
