@@ -39,16 +39,19 @@ def _partner(h, partner):
 
 
 @triton.jit
-def _angles(ang_ptr, base, pair, ih, r, s_r, s_p, mask, PAR: tl.constexpr):
+def _angles(ang_ptr, base, pair, ih, r, s_r, s_p, mask, PAR: tl.constexpr, ONCE: tl.constexpr):
     """cos and sin of round r's angles per column: ``base`` per lane, ``pair`` per column and
-    ``ih`` the pair index (k / 2 of them), shaped to broadcast. In a round of parity 0 (pairs
-    (0, 1), (2, 3) ...) each pair's angle is loaded and its cos / sin taken once, then interleaved
-    to both its rows (cos / sin cost far more than the move; a gather from the pair values, which
-    parity 1 would need, made Triton 3.6's TritonGPUOptimizeThreadLocality pass fail at k = 8)."""
-    if PAR == 0:
-        th = tl.load(ang_ptr + base + r * s_r + ih * s_p, mask=mask, other=0.0).to(tl.float32)
-        c, s = tl.cos(th), tl.sin(th)
-        return tl.interleave(c, c), tl.interleave(s, s)
+    ``ih`` the pair index (k / 2 of them), shaped to broadcast. With ONCE, in a round of parity 0
+    (pairs (0, 1), (2, 3) ...) each pair's angle is loaded and its cos / sin taken once, then
+    interleaved to both its rows (cos / sin cost far more than the move; a gather from the pair
+    values, which parity 1 would need, made Triton 3.6's TritonGPUOptimizeThreadLocality pass fail
+    at k = 8). The main passes take ONCE; the summaries, which carry k columns beside the vector,
+    measured slower with it (H100, NOTES.md session 30)."""
+    if ONCE:
+        if PAR == 0:
+            th = tl.load(ang_ptr + base + r * s_r + ih * s_p, mask=mask, other=0.0).to(tl.float32)
+            c, s = tl.cos(th), tl.sin(th)
+            return tl.interleave(c, c), tl.interleave(s, s)
     th = tl.load(ang_ptr + base + r * s_r + pair * s_p, mask=mask, other=0.0).to(tl.float32)
     return tl.cos(th), tl.sin(th)
 
@@ -101,7 +104,7 @@ def _step(u, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, 
         if TRANSPOSE:  # G_r^T, last round first
             r = R - 1 - rr
         first, pair, partner, sign = _round_tables(i, K, r % 2)
-        c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, lm, r % 2)
+        c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, lm, r % 2, not COLS)
         s = sign * s
         if TRANSPOSE:
             s = -s
@@ -254,7 +257,7 @@ def _bwd_kernel(
         cs = ()  # each round's (cos, sign x sin), the last round's first: the undo's order
         for r in tl.static_range(R):  # recompute the step's rotations
             first, pair, partner, sign = _round_tables(i2, K, r % 2)
-            c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, m2, r % 2)
+            c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, m2, r % 2, True)
             cs = (c, sign * s) + cs
             u = c * u + sign * s * _partner(u, partner)
         du = gh
