@@ -45,14 +45,19 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("once", ["rule", "pair-once"])
 @pytest.mark.parametrize("T", [1, 13, 40])
 @pytest.mark.parametrize("variant", ["plain", "decay+delta_t+h_0"])
 @pytest.mark.parametrize("name,make", CASES, ids=[c[0] for c in CASES])
-def test_fused_matches_generic(name, make, variant, T, seed, monkeypatch, fused_launches):
+def test_fused_matches_generic(name, make, variant, T, once, seed, monkeypatch, fused_launches):
     """Values and every grad against the generic path in float64; T = 13 and 40 are T-chunked
-    in the interpreter (summary passes, carries folded from the chunks before / after)."""
+    in the interpreter (summary passes, carries folded from the chunks before / after). A
+    round's cos / sin as ``givens._pair_once`` decides (per row at these widths in the
+    interpreter), and taken once a pair in every pass (forced)."""
     from scankit.triton import givens
 
+    if once == "pair-once":
+        monkeypatch.setitem(givens.PAIR_ONCE, "pairs_per_thread", 0)
     torch.manual_seed(seed)
     decay = variant != "plain"
     mixer = make(decay=decay).to(DEVICE)

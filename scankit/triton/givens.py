@@ -45,8 +45,7 @@ def _angles(ang_ptr, base, pair, ih, r, s_r, s_p, mask, PAR: tl.constexpr, ONCE:
     (pairs (0, 1), (2, 3) ...) each pair's angle is loaded and its cos / sin taken once, then
     interleaved to both its rows (cos / sin cost far more than the move; a gather from the pair
     values, which parity 1 would need, made Triton 3.6's TritonGPUOptimizeThreadLocality pass fail
-    at k = 8). The main passes take ONCE; the summaries, which carry k columns beside the vector,
-    measured slower with it (H100, NOTES.md session 30)."""
+    at k = 8). ONCE where the pair values fill the program's threads (``_pair_once``)."""
     if ONCE:
         if PAR == 0:
             th = tl.load(ang_ptr + base + r * s_r + ih * s_p, mask=mask, other=0.0).to(tl.float32)
@@ -81,11 +80,12 @@ def _lanes(h0_ptr, sh_b, sh_n, sh_i, B, N, NC, K: tl.constexpr, BN: tl.constexpr
 @triton.jit
 def _step(u, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n,
           sg_b, sg_t, sg_n, K: tl.constexpr, R: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
-          COLS: tl.constexpr, TRANSPOSE: tl.constexpr):
+          COLS: tl.constexpr, TRANSPOSE: tl.constexpr, ONCE: tl.constexpr):
     """A_t u = gamma_t G_{R-1} ... G_0 S_t u (A_t^T u if TRANSPOSE) for vectors u along the last
     axis (column index i, pair index ih); ``lane`` and its mask ``lm`` index u's lanes, shaped to
     broadcast against it. With COLS also A_t (A_t^T) of ``cols``, each lane's (K, K) columns,
-    from the same loads: a step's angles are loaded and their cos / sin taken once for both."""
+    from the same loads: a step's angles are loaded and their cos / sin taken once for both.
+    ONCE: each parity-0 round's cos / sin once a pair (``_angles``)."""
     if HAS_SCALE:
         sc = tl.load(sc_ptr + bi * ss_b + t * ss_t + lane * ss_n, mask=lm, other=1.0).to(tl.float32)
     if HAS_GAMMA:
@@ -104,7 +104,7 @@ def _step(u, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, 
         if TRANSPOSE:  # G_r^T, last round first
             r = R - 1 - rr
         first, pair, partner, sign = _round_tables(i, K, r % 2)
-        c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, lm, r % 2, not COLS)
+        c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, lm, r % 2, ONCE)
         s = sign * s
         if TRANSPOSE:
             s = -s
@@ -163,7 +163,7 @@ def _fwd_summary_kernel(
     ang_ptr, b_ptr, sc_ptr, gm_ptr, sm_ptr, sv_ptr, B, T, N, NC, CHUNK,
     sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr, ONCE: tl.constexpr,
 ):
     """Each T-chunk's map h -> M h + v (the forward's chunk summary, from h = 0 for v): v walks
     the chunk as the forward does, M's columns walk it from the identity (no b)."""
@@ -171,7 +171,7 @@ def _fwd_summary_kernel(
     start = ci * CHUNK
     for t in range(start, tl.minimum(T, start + CHUNK)):
         v, cols = _step(v, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, sa_n, sa_r, sa_p,
-                        ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, False)
+                        ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, False, ONCE)
         v += tl.load(b_ptr + bi * sb_b + t * sb_t + lane * sb_n + i * sb_i, mask=lm, other=0.0).to(tl.float32)
     _store_summary(sm_ptr, sv_ptr, cols, v, bi, ci, NC, N, lane, lm, i, K)
 
@@ -181,7 +181,7 @@ def _fwd_kernel(
     ang_ptr, b_ptr, sc_ptr, gm_ptr, h0_ptr, sm_ptr, sv_ptr, out_ptr, B, T, N, NC, CHUNK,
     sa_b, sa_t, sa_n, sa_r, sa_p, sb_b, sb_t, sb_n, sb_i, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
-    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr, ONCE: tl.constexpr,
 ):
     """The states of one T-chunk (of NC): from h_0 folded through the summaries of the chunks
     before it (HAS_CARRY), walked step by step."""
@@ -195,7 +195,7 @@ def _fwd_kernel(
     start = ci * CHUNK
     for t in range(start, tl.minimum(T, start + CHUNK)):
         u, _ = _step(h, h, ang_ptr, sc_ptr, gm_ptr, bi, t, n[:, None], m2, i[None, :], ih, sa_b, sa_t, sa_n, sa_r,
-                     sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, False, False)
+                     sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, False, False, ONCE)
         bt = tl.load(b_ptr + bi * sb_b + t * sb_t + n[:, None] * sb_n + i[None, :] * sb_i, mask=m2, other=0.0)
         h = u + bt.to(tl.float32)
         tl.store(out_ptr + out_rows + t * N * K, h.to(out_ptr.dtype.element_ty), mask=m2)
@@ -206,7 +206,7 @@ def _bwd_summary_kernel(
     ang_ptr, sc_ptr, gm_ptr, g_ptr, sm_ptr, sw_ptr, B, T, N, NC, CHUNK,
     sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr, ONCE: tl.constexpr,
 ):
     """Each T-chunk's backward map x -> P x + w: x = dL/dh at the chunk's last step from the
     steps after it, P x + w = dL/dh before its first step; w from the chunk's own grads (x = 0),
@@ -219,7 +219,7 @@ def _bwd_summary_kernel(
         t = end - 1 - j
         w += tl.load(g_ptr + rows + t * N * K, mask=lm, other=0.0).to(tl.float32)
         w, cols = _step(w, cols, ang_ptr, sc_ptr, gm_ptr, bi, t, lane, lm, i, ih, sa_b, sa_t, sa_n, sa_r, sa_p,
-                        ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, True)
+                        ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, K, R, HAS_SCALE, HAS_GAMMA, True, True, ONCE)
     _store_summary(sm_ptr, sw_ptr, cols, w, bi, ci, NC, N, lane, lm, i, K)
 
 
@@ -229,7 +229,7 @@ def _bwd_kernel(
     B, T, N, NC, CHUNK,
     sa_b, sa_t, sa_n, sa_r, sa_p, ss_b, ss_t, ss_n, sg_b, sg_t, sg_n, sh_b, sh_n, sh_i,
     K: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
-    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
+    HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr, ONCE: tl.constexpr,
 ):
     """The grads of one T-chunk (of NC), walked t descending from the grad that the chunks
     after it pass back (their backward summaries folded, HAS_CARRY)."""
@@ -257,7 +257,7 @@ def _bwd_kernel(
         cs = ()  # each round's (cos, sign x sin), the last round's first: the undo's order
         for r in tl.static_range(R):  # recompute the step's rotations
             first, pair, partner, sign = _round_tables(i2, K, r % 2)
-            c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, m2, r % 2, True)
+            c, s = _angles(ang_ptr, base, pair, ih, r, sa_r, sa_p, m2, r % 2, ONCE)
             cs = (c, sign * s) + cs
             u = c * u + sign * s * _partner(u, partner)
         du = gh
@@ -310,6 +310,23 @@ def _lanes_per_program(B: int, N: int, device) -> int:
 CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 32, "min_chunks": 3})
 
 
+# A round's cos / sin taken once a pair (``_angles``' ONCE) where the pair values fill the
+# program's threads "pairs_per_thread" times or more (lanes x k / 2 >= that x 32 x warps); below,
+# interleaving them to both rows costs more than the cos / sin it saves (H100, session 31,
+# tune_scans.py --sections rotation, every cell one rule: Givens k = 8 (2 warps) 4-15% faster
+# at 16 lanes a program, 0-13% slower at 8 and 4 lanes; Rotation k = 2 (1 warp) 2-4% faster at
+# 32 lanes, unchanged at 16).
+PAIR_ONCE = common.Knobs({"pairs_per_thread": 1})
+
+
+def _warps(K: int) -> int:
+    return 1 if K <= 4 else 2
+
+
+def _pair_once(bn: int, K: int) -> bool:
+    return bn * (K // 2) >= PAIR_ONCE["pairs_per_thread"] * 32 * _warps(K)
+
+
 def _geometry(B: int, T: int, N: int, K: int, device) -> tuple[int, int, int]:
     """(lanes per program, chunks, chunk length) of the rotation kernels."""
     if common.on_gpu(device):
@@ -354,7 +371,7 @@ def _plan_fwd(angles, b, scale, gamma, h0):
     grid = (B * nc, cdiv(N, bn))
     flags = dict(K=K, R=R, BN=bn, HAS_SCALE=scale is not None, HAS_GAMMA=gamma is not None,
                  I64=needs_int64(angles, b, scale, gamma, torch.empty((B, T, N, K), device="meta")),
-                 num_warps=1 if K <= 4 else 2)
+                 num_warps=_warps(K), ONCE=_pair_once(bn, K))
     strides = (*_s(angles, 5), *_s(b, 4), *_s(scale, 3), *_s(gamma, 3))
     summary = common.Slot(_fwd_summary_kernel, grid, **flags) if nc > 1 else None
     main = common.Slot(_fwd_kernel, grid, HAS_H0=h0 is not None, HAS_CARRY=nc > 1, **flags)
@@ -397,7 +414,8 @@ def _plan_bwd(angles, scale, gamma, h0, out):
         return empty
     bn, nc, chunk = _geometry(B, T, N, K, out.device)
     grid = (B * nc, cdiv(N, bn))
-    flags = dict(K=K, R=R, BN=bn, HAS_SCALE=has_scale, HAS_GAMMA=has_gamma, num_warps=1 if K <= 4 else 2,
+    flags = dict(K=K, R=R, BN=bn, HAS_SCALE=has_scale, HAS_GAMMA=has_gamma, num_warps=_warps(K),
+                 ONCE=_pair_once(bn, K),
                  I64=needs_int64(angles, scale, gamma, out, torch.empty(out.shape, device="meta"),
                                  torch.empty(angles.shape, device="meta")))
     strides = (*_s(angles, 5), *_s(scale, 3), *_s(gamma, 3))
