@@ -18,11 +18,10 @@
 # once each call's tar is unpacked into the tree before the next.
 set -uo pipefail
 out=${OUT:-/tmp/scankit-asv}
-machine=${MACHINE:-h200}
 mkdir -p "$out"
-source scripts/device_setup.sh || exit 1
-# offline: the environment's own pip installs (wheel, build, asv_runner, pympler) from the carried wheels
-export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" SCANKIT_ASV_MACHINE="$machine"
+source scripts/device_setup.sh || exit 1  # sets MACHINE from the GPU and the offline pip
+machine=$MACHINE
+export SCANKIT_ASV_MACHINE="$machine"
 python3 tools/asv_machine.py --machine "$machine" | tee "$out/machine.txt"
 cache=${SCANKIT_BENCH_CACHE:-$HOME/.cache/scankit-bench}
 refs=experiments/asv/references/"$machine".json

@@ -6,7 +6,7 @@ set -uo pipefail
 source scripts/device_setup.sh || exit 1
 echo "measuring $(git rev-parse HEAD)"
 start=$(date +%s)
-timeout "${BENCH_TIMEOUT:-560}" make bench BENCH_PYTHON=python3 MACHINE="${MACHINE:-h200}" > "${OUT:-.}/asv.log" 2>&1
+timeout "${BENCH_TIMEOUT:-560}" make bench BENCH_PYTHON=python3 MACHINE="$MACHINE" > "${OUT:-.}/asv.log" 2>&1
 rc=$?
 echo "make bench rc=$rc wall=$(( $(date +%s) - start ))s"
 tail -5 "${OUT:-.}/asv.log"

@@ -6,7 +6,7 @@
 # (a partial run; the renderer needs --partial).
 set -uo pipefail
 source scripts/device_setup.sh || exit 1
-machine=${MACHINE:-h200}
+machine=$MACHINE
 start=$(date +%s)
 python3 tools/run_history.py HEAD --machine "$machine" --python python3 --gpus "${GPUS:-0,1}" \
   --timeout "${BENCH_TIMEOUT:-560}" --log-dir "${OUT:-/tmp}" ${ONLY:+--bench "$ONLY"}
