@@ -213,6 +213,9 @@ def lanes_sweep(budget, log):
                          direction=direction, us=us, rel_err=err))
 
 
+ROTATION_POINTS = None  # --rotation-points: the (elems, per_sm, min_chunk, min_chunks) points to sweep
+
+
 def rotation_sweep(budget, log):
     """The angle-fused rotation kernels (scankit.triton.rotation_scan; givens.CHUNKS): one walk
     ("walk": chunking off) against T-chunking at (elements per program, programs per SM, shortest
@@ -238,12 +241,14 @@ def rotation_sweep(budget, log):
              ((32, 4096, 1024, 2, 1), "rotation"), ((1, 65536, 1024, 2, 1), "rotation"),
              ((16, 2048, 512, 8, 3), "givens"), ((64, 256, 512, 2, 1), "rotation"),  # issue 17's layer shape, a short-T batch
              ((64, 2048, 1024, 8, 3), "givens"), ((128, 1024, 1024, 8, 3), "givens"),  # fuller devices: 2 .. 4 chunks
-             ((128, 4096, 1024, 2, 1), "rotation")]
+             ((128, 4096, 1024, 2, 1), "rotation"),
+             ((32, 4096, 1024, 16, 3), "givens"), ((1, 65536, 1024, 16, 3), "givens")]  # k = 16 blocks
     # (elems, per_sm, min_chunk, min_chunks): the walk, givens.CHUNKS, then its neighbours
     names = ("elems", "per_sm", "min_chunk", "min_chunks")
     adopted = tuple(givens.CHUNKS[name] for name in names)
     scaled = lambda axis, f: tuple(f(v) if j == axis else v for j, v in enumerate(adopted))  # noqa: E731
-    points = [None, adopted] + [scaled(axis, f) for axis in (3, 2, 1, 0) for f in (lambda v: v // 2, lambda v: v * 2)]
+    points = [None, adopted] + (ROTATION_POINTS or [scaled(axis, f) for axis in (3, 2, 1, 0)
+                                                    for f in (lambda v: v // 2, lambda v: v * 2)])
     reference = {}
     with knobs(givens.CHUNKS):
         for point in points:
@@ -613,7 +618,12 @@ def main():
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
     parser.add_argument("--out", default=".")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run")
+    parser.add_argument("--rotation-points", type=lambda text: [tuple(int(v) for v in point.split(",")) for point in text.split()],
+                        help="the rotation section's points in place of the adopted one's neighbours: "
+                             "'elems,per_sm,min_chunk,min_chunks ...'")
     args = parser.parse_args()
+    global ROTATION_POINTS
+    ROTATION_POINTS = args.rotation_points
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
