@@ -315,7 +315,9 @@ CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 32, "min_chunks":
 # interleaving them to both rows costs more than the cos / sin it saves (H100, session 31,
 # tune_scans.py --sections rotation, every cell one rule: Givens k = 8 (2 warps) 4-15% faster
 # at 16 lanes a program, 0-13% slower at 8 and 4 lanes; Rotation k = 2 (1 warp) 2-4% faster at
-# 32 lanes, unchanged at 16).
+# 32 lanes, unchanged at 16). The rule's A/B against per-row values (H100, session 36, both trees in
+# one machine; experiments/pending/README.md): no cell at CHUNKS' point slower than 1.005x, the
+# 16-lane Givens walks 0.85-0.93x, Rotation chunked 0.92-0.94x.
 PAIR_ONCE = common.Knobs({"pairs_per_thread": 1})
 
 
