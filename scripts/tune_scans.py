@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections rotation gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining lanes] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections rotation widths gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining lanes] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -72,6 +72,41 @@ def affine_sweep(budget, log):
                 log(dict(section="affine", per_sm=per_sm, min_chunk=min_chunk, product_elems=affine.TUNING["product_elems"],
                          warps=warps, op="matrix_affine_scan", shape=shape, direction=direction, us=us,
                          tbps=tbps("matrix_affine_scan", shape, direction, us)))
+
+
+def widths_sweep(budget, log):
+    """Issue 17's block widths (grid.BLOCK_WIDTHS: matrix_affine_scan states only, n = d / k at
+    `large` and `vlong`): blocks per program (affine.TUNING's product_elems set so that
+    ``_block_lanes`` gives 1, 2, 4, 8) x warps (1, 2, 4), the adopted point first, fwd and fwd+bwd
+    device time with % of the copy bandwidth (the bytes block_cells counts), each checked against
+    the adopted point's outputs / grads. k = 16 runs its products through tl.dot (tf32x3): more blocks and warps a program give
+    the tensor cores more rows than one 16 x 16 block does."""
+    copy = None
+    op = OPS["matrix_affine_scan"]
+    states = lambda M, b: op.fn(M, b, return_prefix=False)  # noqa: E731
+    reference = {}
+    with knobs(affine.TUNING):
+        for width, (k, v) in reversed(grid.BLOCK_WIDTHS.items()):  # k = 16 (tl.dot) first
+            kb, vb = common.next_pow2(k), common.next_pow2(v)
+            n = grid.SHAPES[grid.BLOCK_SHAPES[0]].d // k
+            adopted = (affine._block_lanes(n, k, v), affine.TUNING["num_warps"])
+            points = [adopted] + [p for p in itertools.product((1, 2, 4, 8), (1, 2, 4)) if p != adopted]
+            for lanes, warps in points:
+                affine.TUNING.update(product_elems=lanes * kb * kb * max(kb, vb), num_warps=warps)
+                for shape, direction in itertools.product(grid.BLOCK_SHAPES, grid.DIRECTIONS):
+                    if time.time() - START > budget:
+                        return
+                    copy = copy or measure.copy_bandwidth()
+                    s = grid.SHAPES[shape]
+                    dims = dict(B=s.B, T=s.T, n=s.d // k, k=k, v=v)
+                    M, b = op.inputs(dims, device="cuda", requires_grad=direction == "fwdbwd")
+                    moved = bytes_moved((M, b), (b,), direction)
+                    us, err = _checked(measure.callable_workload(states, (M, b), direction), reference,
+                                       (width, shape, direction))
+                    del M, b
+                    log(dict(section="widths", width=width, shape=shape, direction=direction,
+                             lanes=affine._block_lanes(dims["n"], k, v), warps=warps, us=us,
+                             pct_copy=100 * moved / (us * 1e-6) / copy, rel_err=err))
 
 
 def timing_ab(budget, log):
@@ -609,7 +644,7 @@ def _gated_cells(budget, log, section, dims_list, paths, unfused):
                      direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
-SECTIONS = dict(rotation=rotation_sweep, gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
+SECTIONS = dict(rotation=rotation_sweep, widths=widths_sweep, gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
                 elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
 
 

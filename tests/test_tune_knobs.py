@@ -27,6 +27,7 @@ def test_an_exhausted_budget_leaves_the_knobs_as_they_were(monkeypatch):
     tune_scans.affine_sweep(1.0, print)
     tune_scans.elementwise_sweep(1.0, print)
     tune_scans.lanes_sweep(1.0, print)
+    tune_scans.widths_sweep(1.0, print)
     assert (common.PROGRAMS_PER_SM, common.ELEMENTWISE_STAGES, affine.TUNING) == before
     assert affine.LANE_BLOCKS == lanes
 
