@@ -12,15 +12,13 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 # offline: asv's virtualenv environments install their own pip's wheel, build, asv_runner, pympler
 # from the carried wheels, not from an index
 export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl"
-# the asv machine is the GPU in hand: results filed under another machine's name would sit in
-# that machine's history (MACHINE may name it, but not another GPU's)
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-case "$gpu" in *H200*) found=h200 ;; *H100*) found=h100 ;; *) found= ;; esac
-export MACHINE=${MACHINE:-$found}
-if [ -z "$MACHINE" ] || { [ -n "$found" ] && [ "$MACHINE" != "$found" ]; }; then
-  echo "device setup: MACHINE='$MACHINE' but the GPU is '${gpu:-none}' (set MACHINE to this GPU's asv machine name)" >&2
-  return 1
+# the asv machine is the GPU in hand (tools/asv_machine.py: h200, h100); results filed under
+# another machine's name would sit in that machine's history, so asv_machine.py refuses a
+# MACHINE that names another GPU
+if [ -z "${MACHINE:-}" ]; then
+  MACHINE=$(python3 tools/asv_machine.py --name) || return 1
 fi
+export MACHINE
 # the checkout's own .git may be absent or stale: always take history from the bundle, and
 # refuse a tree whose measured code differs from the bundle's HEAD (results would be misfiled)
 rm -rf .git /tmp/scankit-bundle && git clone -q --no-checkout .whl/repo.bundle /tmp/scankit-bundle \

@@ -32,6 +32,37 @@ def _ram() -> str:
         return "unknown"
 
 
+# asv machine names that stand for one GPU: a run filed under one comes from that GPU only
+# (an H100 lent for an H200 call must not extend the h200 history)
+GPU_MACHINES = {"h200": "H200", "h100": "H100"}
+
+
+def gpu_name() -> str:
+    """The first GPU's name from nvidia-smi ("none" without one), torch not imported."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    return lines[0].strip() if lines else "none"
+
+
+def machine_for(gpu: str) -> str:
+    """The asv machine name of this GPU; ValueError for a GPU that has none."""
+    for machine, marker in GPU_MACHINES.items():
+        if marker in gpu:
+            return machine
+    raise ValueError(f"asv_machine: no machine name for the GPU '{gpu}' (known: {GPU_MACHINES}); pass --machine NAME")
+
+
+def check_machine(machine: str, gpu: str) -> None:
+    """ValueError where ``machine`` stands for another GPU than ``gpu``."""
+    marker = GPU_MACHINES.get(machine)
+    if marker is not None and marker not in gpu:
+        raise ValueError(f"asv_machine: --machine {machine} is the {marker}'s history, but this GPU is '{gpu}'")
+
+
 def describe(machine: str) -> dict:
     import torch
     import triton
@@ -56,9 +87,21 @@ def describe(machine: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--machine", required=True, help="the machine's name in the results (e.g. h200)")
+    ap.add_argument("--machine", help="the machine's name in the results (e.g. h200; refused where it names "
+                                      "another GPU than this one)")
+    ap.add_argument("--name", action="store_true", help="only print this GPU's machine name (h200, h100)")
     ap.add_argument("--path", default=os.path.expanduser("~/.asv-machine.json"))
     args = ap.parse_args()
+    try:
+        if args.name:
+            print(machine_for(gpu_name()))
+            return 0
+        if not args.machine:
+            ap.error("--machine is required (or --name)")
+        check_machine(args.machine, gpu_name())
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     entry = describe(args.machine)
     known = {}
     if os.path.exists(args.path):
