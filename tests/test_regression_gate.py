@@ -93,6 +93,24 @@ def test_a_machine_with_no_runs_is_ignored(results):
     assert out.returncode == 0 and "h200:" in out.stdout, out.stdout + out.stderr
 
 
+def test_without_machine_the_one_holding_both_runs_is_picked(results):
+    """Several machines: the gate takes the one that holds both commits' runs, and asks for
+    --machine where two do."""
+    results_dir, base_file, base = results
+    base_hash = file_head(results_dir, base, lambda run: None)
+    other = results_dir / "other-gpu"
+    other.mkdir()
+    (other / "machine.json").write_text(json.dumps({"machine": "other-gpu", "version": 1}))
+    (other / base_file.name).write_text(base_file.read_text())  # the base only: h200 alone holds both
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 0 and "h200:" in out.stdout, out.stdout + out.stderr
+    shutil.copy(results_dir / "h200" / f"{HEAD[:8]}-{base['env_name']}.json", other)  # now both hold both
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir))
+    assert out.returncode == 2 and "--machine is needed" in out.stderr and "other-gpu" in out.stderr, out.stderr
+    out = gate("--base", base_hash, "--head", HEAD, "--results-dir", str(results_dir), "--machine", "other-gpu")
+    assert out.returncode == 0 and "other-gpu:" in out.stdout, out.stdout + out.stderr
+
+
 def test_injected_slowdown_fails_naming_the_benchmark(results):
     results_dir, _, base = results
     base_hash = file_head(results_dir, base, lambda run: set_result(run, TIME, LARGE, factor=1.5))

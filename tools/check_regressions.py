@@ -266,7 +266,8 @@ def main(argv=None) -> int:
         return 2
     results = Path(args.results_dir)
     try:
-        machine = pick_machine(results, args.machine)
+        # without --machine: the one machine that holds both runs (the head's may be elsewhere)
+        machine = pick_machine(results, args.machine, (args.base,) if args.head_results_dir else (args.base, args.head))
         _, base = load_run(results, machine, args.base)
         _, head = load_run(Path(args.head_results_dir) if args.head_results_dir else results, machine, args.head)
         known = benchmarks(results)

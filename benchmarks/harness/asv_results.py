@@ -31,9 +31,25 @@ def resolve(rev: str) -> str:
         return rev
 
 
-def pick_machine(results_dir: Path, machine: str | None) -> str:
+def _holds(results_dir: Path, machine: str, commit: str) -> bool:
+    full = resolve(commit)
+    return any(r["commit_hash"].startswith(full) or full.startswith(r["commit_hash"]) for r in runs(results_dir, machine))
+
+
+def pick_machine(results_dir: Path, machine: str | None, commits: tuple = ()) -> str:
+    """``machine``, or without one the machine of ``results_dir``: the only one, else the only
+    one that holds a run of each of ``commits``."""
     known = machines(results_dir)
     if machine is None:
+        if len(known) > 1 and commits:
+            for commit in commits:
+                if not any(_holds(results_dir, m, commit) for m in known):
+                    raise ResultsError(f"no run of commit {commit} on any machine in {results_dir} ({known})")
+            holding = [m for m in known if all(_holds(results_dir, m, c) for c in commits)]
+            if len(holding) == 1:
+                return holding[0]
+            raise ResultsError(f"--machine is needed: {results_dir} holds machines {known}, "
+                               f"{holding or 'none'} with runs of {', '.join(commits)}")
         if len(known) != 1:
             raise ResultsError(f"--machine is needed: {results_dir} holds machines {known or 'none'}")
         return known[0]
