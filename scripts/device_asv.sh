@@ -23,6 +23,7 @@ source scripts/device_setup.sh || exit 1  # sets MACHINE from the GPU and the of
 machine=$MACHINE
 export SCANKIT_ASV_MACHINE="$machine"
 python3 tools/asv_machine.py --machine "$machine" | tee "$out/machine.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || exit 2  # refused: MACHINE names another GPU
 cache=${SCANKIT_BENCH_CACHE:-$HOME/.cache/scankit-bench}
 refs=experiments/asv/references/"$machine".json
 mkdir -p "$cache" "$(dirname "$refs")"
