@@ -75,20 +75,18 @@ def affine_sweep(budget, log):
 
 
 def widths_sweep(budget, log):
-    """Issue 17's block widths (grid.BLOCK_WIDTHS: matrix_affine_scan states only, n = d / k at
-    `large` and `vlong`): blocks per program (affine.TUNING's product_elems set so that
+    """Issue 17's block widths (suite.block_workload: matrix_affine_scan states only at
+    grid.BLOCK_SHAPES): blocks per program (affine.TUNING's product_elems set so that
     ``_block_lanes`` gives 1, 2, 4, 8) x warps (1, 2, 4), the adopted point first, fwd and fwd+bwd
-    device time with % of the copy bandwidth (the bytes block_cells counts), each checked against
-    the adopted point's outputs / grads. k = 16 runs its products through tl.dot (tf32x3): more blocks and warps a program give
-    the tensor cores more rows than one 16 x 16 block does."""
+    device time with % of the copy bandwidth, each cell checked against the adopted point's
+    outputs / grads. k = 16 first: its products run on the tensor cores (tl.dot), to which more
+    blocks and warps a program give more rows than one 16 x 16 block does."""
     copy = None
-    op = OPS["matrix_affine_scan"]
-    states = lambda M, b: op.fn(M, b, return_prefix=False)  # noqa: E731
     reference = {}
     with knobs(affine.TUNING):
-        for width, (k, v) in reversed(grid.BLOCK_WIDTHS.items()):  # k = 16 (tl.dot) first
+        for width, (k, v) in reversed(grid.BLOCK_WIDTHS.items()):
             kb, vb = common.next_pow2(k), common.next_pow2(v)
-            n = grid.SHAPES[grid.BLOCK_SHAPES[0]].d // k
+            n = suite.block_dims(grid.BLOCK_SHAPES[0], k, v)["n"]
             adopted = (affine._block_lanes(n, k, v), affine.TUNING["num_warps"])
             points = [adopted] + [p for p in itertools.product((1, 2, 4, 8), (1, 2, 4)) if p != adopted]
             for lanes, warps in points:
@@ -97,16 +95,13 @@ def widths_sweep(budget, log):
                     if time.time() - START > budget:
                         return
                     copy = copy or measure.copy_bandwidth()
-                    s = grid.SHAPES[shape]
-                    dims = dict(B=s.B, T=s.T, n=s.d // k, k=k, v=v)
-                    M, b = op.inputs(dims, device="cuda", requires_grad=direction == "fwdbwd")
-                    moved = bytes_moved((M, b), (b,), direction)
-                    us, err = _checked(measure.callable_workload(states, (M, b), direction), reference,
-                                       (width, shape, direction))
-                    del M, b
+                    dims = suite.block_dims(shape, k, v)
+                    fn, moved = suite.block_workload(dims, direction, "cuda")
+                    us, err = _checked(fn, reference, (width, shape, direction))
                     log(dict(section="widths", width=width, shape=shape, direction=direction,
                              lanes=affine._block_lanes(dims["n"], k, v), warps=warps, us=us,
                              pct_copy=100 * moved / (us * 1e-6) / copy, rel_err=err))
+                    del fn  # its inputs, before the next cell's
 
 
 def timing_ab(budget, log):

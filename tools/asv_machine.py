@@ -37,15 +37,20 @@ def _ram() -> str:
 GPU_MACHINES = {"h200": "H200", "h100": "H100"}
 
 
-def gpu_name() -> str:
-    """The first GPU's name from nvidia-smi ("none" without one), torch not imported."""
+def _smi(field: str, missing: str) -> str:
+    """The first GPU's ``field`` from nvidia-smi (``missing`` without a GPU or nvidia-smi)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return "none"
+        return missing
     lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
-    return lines[0].strip() if lines else "none"
+    return lines[0].strip() if lines else missing
+
+
+def gpu_name() -> str:
+    """The first GPU's name ("none" without one), torch not imported."""
+    return _smi("name", "none")
 
 
 def machine_for(gpu: str) -> str:
@@ -74,12 +79,7 @@ def describe(machine: str) -> dict:
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_count=str(torch.cuda.device_count()), sm_count=str(props.multi_processor_count),
                     gpu_memory_gib=f"{props.total_memory / 2**30:.0f}")
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30)
-            info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
-        except (OSError, subprocess.TimeoutExpired):
-            info["driver"] = "unknown"
+        info["driver"] = _smi("driver_version", "unknown")
     else:
         info.update(gpu="none")
     return info

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness import grid, report  # noqa: E402
-from benchmarks.harness.asv_results import (ResultsError, benchmarks, load_run, pick_machine, runs,  # noqa: E402
+from benchmarks.harness.asv_results import (ResultsError, benchmarks, load_run, machines, pick_machine, runs,  # noqa: E402
                                             values, version)
 
 SCANS = "bench_scans.Scans"
@@ -59,11 +59,19 @@ COPY = "bench_scans.track_copy_bandwidth"
 WHOLE = (f"{PARITY}.track_failing_cases", f"{MIXERS}.track_step_time", COPY)
 
 
+def _whole_runs(results_dir: Path, machine: str) -> list[dict]:
+    return [r for r in runs(results_dir, machine) if all(n in r["results"] for n in WHOLE)
+            and any(f"{SCANS}.{t}" in r["results"] for t in TIME_TRACKS)]
+
+
 def newest_whole_run(results_dir: Path, machine: str | None) -> tuple[str, dict]:
-    """(machine, the newest run of the full suite on it)."""
+    """(machine, the newest run of the full suite on it); without ``machine``, of the one machine
+    that has such a run (another may hold only partial runs, e.g. ``Scans`` at a commit)."""
+    if machine is None:
+        having = [m for m in machines(results_dir) if _whole_runs(results_dir, m)]
+        machine = having[0] if len(having) == 1 else None
     machine = pick_machine(results_dir, machine)
-    whole = [r for r in runs(results_dir, machine) if all(n in r["results"] for n in WHOLE)
-             and any(f"{SCANS}.{t}" in r["results"] for t in TIME_TRACKS)]
+    whole = _whole_runs(results_dir, machine)
     if not whole:
         raise RenderError(f"machine {machine!r} has no run of the full suite in {results_dir} (`make bench`)")
     return machine, max(whole, key=lambda r: (r.get("date") or 0, r["commit_hash"]))

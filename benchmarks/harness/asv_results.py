@@ -31,9 +31,13 @@ def resolve(rev: str) -> str:
         return rev
 
 
-def _holds(results_dir: Path, machine: str, commit: str) -> bool:
+def runs_of(results_dir: Path, machine: str, commit: str | None) -> list[dict]:
+    """The machine's runs of ``commit`` (a hash, its prefix or a git revision; None: every run)."""
+    found = runs(results_dir, machine)
+    if commit is None:
+        return found
     full = resolve(commit)
-    return any(r["commit_hash"].startswith(full) or full.startswith(r["commit_hash"]) for r in runs(results_dir, machine))
+    return [r for r in found if r["commit_hash"].startswith(full) or full.startswith(r["commit_hash"])]
 
 
 def pick_machine(results_dir: Path, machine: str | None, commits: tuple = ()) -> str:
@@ -43,9 +47,9 @@ def pick_machine(results_dir: Path, machine: str | None, commits: tuple = ()) ->
     if machine is None:
         if len(known) > 1 and commits:
             for commit in commits:
-                if not any(_holds(results_dir, m, commit) for m in known):
+                if not any(runs_of(results_dir, m, commit) for m in known):
                     raise ResultsError(f"no run of commit {commit} on any machine in {results_dir} ({known})")
-            holding = [m for m in known if all(_holds(results_dir, m, c) for c in commits)]
+            holding = [m for m in known if all(runs_of(results_dir, m, c) for c in commits)]
             if len(holding) == 1:
                 return holding[0]
             raise ResultsError(f"--machine is needed: {results_dir} holds machines {known}, "
@@ -65,13 +69,10 @@ def runs(results_dir: Path, machine: str) -> list[dict]:
 
 def load_run(results_dir: Path, machine: str | None, commit: str | None = None) -> tuple[str, dict]:
     """(machine, result json) of the newest run on the machine, or of ``commit``."""
-    machine = pick_machine(results_dir, machine)
-    found = runs(results_dir, machine)
-    if commit:
-        full = resolve(commit)
-        found = [r for r in found if r["commit_hash"].startswith(full) or full.startswith(r["commit_hash"])]
-        if not found:
-            raise ResultsError(f"no run of commit {commit} on machine {machine!r}")
+    machine = pick_machine(results_dir, machine, (commit,) if commit else ())
+    found = runs_of(results_dir, machine, commit or None)
+    if commit and not found:
+        raise ResultsError(f"no run of commit {commit} on machine {machine!r}")
     if not found:
         raise ResultsError(f"machine {machine!r} has no runs in {results_dir}")
     return machine, max(found, key=lambda r: (r.get("date") or 0, r["commit_hash"]))

@@ -883,6 +883,25 @@ def _roofline_cell(impl: str, direction: str, dims: dict, dtype, dev: str) -> tu
     return timed(fn, dev), moved
 
 
+def block_dims(shape: str, k: int, v: int) -> dict:
+    """A block-width cell's (B, T, n, k, v): n = d / k blocks of the grid shape's state width d."""
+    s = grid.SHAPES[shape]
+    return dict(B=s.B, T=s.T, n=s.d // k, k=k, v=v)
+
+
+def block_workload(dims: dict, direction: str, dev: str):
+    """(workload, bytes it must move) of a block-width cell: matrix_affine_scan's states only, on
+    fresh inputs (``measure.callable_workload``); the states are b's shape and dtype (B, T, n, k,
+    v), so the bytes need no call."""
+    from . import measure
+    from .cases import OPS, bytes_moved
+
+    op = OPS["matrix_affine_scan"]
+    M, b = op.inputs(dims, device=dev, requires_grad=direction == "fwdbwd")
+    fn = measure.callable_workload(lambda M, b: op.fn(M, b, return_prefix=False), (M, b), direction)
+    return fn, bytes_moved((M, b), (b,), direction)
+
+
 def block_cells() -> dict:
     """Device time of issue 17's block-width cells (grid.BLOCK_*): matrix_affine_scan's states
     only, per shape, (k, v) and direction, each with the bytes it must move (read M and b, write
@@ -891,26 +910,21 @@ def block_cells() -> dict:
     import torch
 
     from . import measure
-    from .cases import OPS, bytes_moved
 
     dev = device()
     out = dict(device_time={}, bytes={}, skipped={}, failed={})
-    op = OPS["matrix_affine_scan"]
-    states = lambda M, b: op.fn(M, b, return_prefix=False)  # noqa: E731
 
-    def cell(dims, direction):
-        M, b = op.inputs(dims, device=dev, requires_grad=direction == "fwdbwd")
-        # the states are b's shape and dtype (B, T, n, k, v): the bytes without another call
-        return timed(measure.callable_workload(states, (M, b), direction), dev), bytes_moved((M, b), (b,), direction)
+    def cell(shape, k, v, direction):
+        dims = block_dims(shape, k, v) if dev == "cuda" else dict(B=1, T=13, n=1, k=k, v=v)
+        fn, moved = block_workload(dims, direction, dev)
+        return timed(fn, dev), moved
 
     with measure.scan_mode("triton"):
         for shape in grid.BLOCK_SHAPES:
-            s = grid.SHAPES[shape]
             for width, (k, v) in grid.BLOCK_WIDTHS.items():
-                dims = dict(B=s.B, T=s.T, n=s.d // k, k=k, v=v) if dev == "cuda" else dict(B=1, T=13, n=1, k=k, v=v)
                 for direction in grid.DIRECTIONS:
                     key = (shape, width, direction)
-                    got = failing(out, key, lambda: cell(dims, direction))
+                    got = failing(out, key, lambda: cell(shape, k, v, direction))
                     if got is not None:
                         out["device_time"][key], out["bytes"][key] = got
                     if dev == "cuda":
