@@ -243,16 +243,14 @@ def lanes_sweep(budget, log):
                          direction=direction, us=us, rel_err=err))
 
 
-ROTATION_POINTS = None  # --rotation-points: the (elems, per_sm, min_chunk, min_chunks) points to sweep
-
-
-def rotation_sweep(budget, log):
+def rotation_sweep(budget, log, points=None):
     """The angle-fused rotation kernels (scankit.triton.rotation_scan; givens.CHUNKS): one walk
     ("walk": chunking off) against T-chunking at (elements per program, programs per SM, shortest
     chunk, fewest chunks) points, for Givens k = 8, 3 rounds, and the Rotation mixer's k = 2
     (scale and decay), at the grid's large and vlong shapes (issue 17's goal 3: vlong's time per
     token within 2x of large's), fwd and fwd+bwd device time, each checked against the walk's
-    outputs / grads."""
+    outputs / grads. ``points`` (--rotation-points): the (elems, per_sm, min_chunk, min_chunks)
+    points to sweep in place of the adopted one's neighbours."""
     from scankit.triton import givens, rotation_scan
 
     def inputs(B, T, d, k, R):
@@ -277,8 +275,8 @@ def rotation_sweep(budget, log):
     names = ("elems", "per_sm", "min_chunk", "min_chunks")
     adopted = tuple(givens.CHUNKS[name] for name in names)
     scaled = lambda axis, f: tuple(f(v) if j == axis else v for j, v in enumerate(adopted))  # noqa: E731
-    points = [None, adopted] + (ROTATION_POINTS or [scaled(axis, f) for axis in (3, 2, 1, 0)
-                                                    for f in (lambda v: v // 2, lambda v: v * 2)])
+    points = [None, adopted] + (points or [scaled(axis, f) for axis in (3, 2, 1, 0)
+                                           for f in (lambda v: v // 2, lambda v: v * 2)])
     reference = {}
     with knobs(givens.CHUNKS):
         for point in points:
@@ -652,8 +650,6 @@ def main():
                         help="the rotation section's points in place of the adopted one's neighbours: "
                              "'elems,per_sm,min_chunk,min_chunks ...'")
     args = parser.parse_args()
-    global ROTATION_POINTS
-    ROTATION_POINTS = args.rotation_points
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
@@ -666,7 +662,7 @@ def main():
 
     print(f"copy bandwidth {measure.copy_bandwidth() / 1e12:.2f} TB/s", flush=True)
     for name in args.sections:
-        SECTIONS[name](args.budget, log)
+        SECTIONS[name](args.budget, log, **({"points": args.rotation_points} if name == "rotation" else {}))
     for rec in records:
         if rec["section"] == "host":
             print(f"--- host profile {rec['op']}: {rec['us']:.0f} us GPU-timed, {rec['host_us']:.0f} us host\n{rec['profile']}")
