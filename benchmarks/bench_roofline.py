@@ -1,6 +1,7 @@
 """The roofline's other columns: peer libraries on linear_scan_state, and the scaling of
 the forward kernels with T at B = 1 (rendered into experiments/bench/scan_roofline.md), and
-issue 16's cells (``Roofline``) and issue 17's block widths (``BlockWidths``)."""
+issue 16's cells (``Roofline``) and cliff sweep (``Cliffs``), and issue 17's block widths
+(``BlockWidths``)."""
 from benchmarks._adapter import cached, long_setup_cache, require_cell
 from benchmarks.harness import grid
 
@@ -78,6 +79,31 @@ class Roofline:
 
     track_bytes.unit = "bytes"
     track_bytes.version = VERSION
+
+
+class Cliffs:
+    """linear_scan_state's fp32 forward from h_0 = 0 over issue 16's sweep of B x D x T (the cells
+    with at least 64 MiB of inputs: grid.cliff_shapes), triton, device time (% of copy:
+    grid.cliff_bytes / time / the run's copy bandwidth). A trend, rendered as a heatmap (no cell
+    below 70% of copy is the goal); one track, so the 51 cells cost 51 asv processes, not 102."""
+    params = [list(grid.cliff_shapes())]
+    param_names = ["shape"]
+    timeout = 1800
+
+    @long_setup_cache
+    def setup_cache(self):
+        from benchmarks.harness import suite
+
+        return suite.cliff_cells()
+
+    def setup(self, cells, shape):
+        require_cell(cells, "device_time", (shape,))
+
+    def track_device_time(self, cells, shape):
+        return cached(cells["device_time"], (shape,))
+
+    track_device_time.unit = "seconds"
+    track_device_time.version = VERSION
 
 
 class BlockWidths:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render experiments/bench/scan_{parity,bench,memory,roofline}.{md,json} (+ scan_roofline.png)
+"""Render experiments/bench/scan_{parity,bench,memory,roofline}.{md,json} (+ scan_roofline.png, scan_cliffs.png)
 from a committed asv run.
 
 Reads the newest whole run of one machine (one of the full suite; runs of a part of it, such
@@ -39,6 +39,8 @@ TIME_TRACKS = ("track_device_time", "track_time")
 REFERENCES = "bench_scans.References"
 FORMS = "bench_scans.CallForms"
 BLOCKS = "bench_roofline.BlockWidths"
+ROOFLINE = "bench_roofline.Roofline"
+CLIFFS = "bench_roofline.Cliffs"
 
 
 def references_run(results_dir: Path, machine: str, run: dict):
@@ -185,9 +187,18 @@ def render(results_dir: Path, out_dir: Path, machine: str | None = None, commit:
         from benchmarks.harness import roofline as rl
 
         roof = rl.payload(env, bench, *roofline, tried=rl.tried_figures(ROOT / "experiments" / "logs"))
+        if f"{ROOFLINE}.track_device_time" in run["results"]:  # runs before issue 16's cells have none
+            roof["issue16"] = rl.issue16_rows(values(run, f"{ROOFLINE}.track_device_time"),
+                                              values(run, f"{ROOFLINE}.track_bytes"), copy_bw)
+        if f"{CLIFFS}.track_device_time" in run["results"]:  # nor its cliff sweep
+            roof.update(cliffs=rl.cliff_rows(values(run, f"{CLIFFS}.track_device_time"), copy_bw),
+                        cliff_bar=grid.CLIFF_BAR, cliff_min_mib=grid.CLIFF_MIN_BYTES // 2 ** 20)
         paths += report.write("scan_roofline", roof, out_dir)
         rl.plot(roof, out_dir / "scan_roofline.png")
         paths.append(out_dir / "scan_roofline.png")
+        if "cliffs" in roof:
+            rl.plot_cliffs(roof["cliffs"], env, out_dir / "scan_cliffs.png")
+            paths.append(out_dir / "scan_cliffs.png")
     if all(v is not None for v in mixer["seconds"].values()):
         peaks_ok = all(v is not None for v in mixer["peak_bytes"].values())
         memory = report.memory_payload(env, mixer) if peaks_ok else dict(env=env, rows=[], ratios=[])

@@ -44,6 +44,27 @@ ROOFLINE_SHAPES = {"32x4096x1024": (32, 4096, 1024), "1x65536x1024": (1, 65536, 
                    "1x1048576x1024": (1, 2 ** 20, 1024), "16x2048x512": (16, 2048, 512), "8x512x256": (8, 512, 256)}
 ROOFLINE_IMPLS = ("triton", "accelerated_scan_native")
 ROOFLINE_DTYPES = ("fp32", "bf16")
+# Issue 16's cliff sweep (benchmarks.bench_roofline.Cliffs): STATE_OP's fp32 forward from h_0 = 0,
+# triton, device time, over B x D x T where the inputs (a and b) hold at least CLIFF_MIN_BYTES;
+# bar: every cell at CLIFF_BAR % of copy or more (a heatmap in the roofline artifact)
+CLIFF_B = (1, 2, 5, 8, 32)
+CLIFF_D = (64, 768, 1024, 3000)
+CLIFF_T = (1000, 4096, 7777, 65536)
+CLIFF_MIN_BYTES = 64 * 2 ** 20
+CLIFF_BAR = 70
+
+
+def cliff_shapes() -> dict:
+    """{"BxTxD": (B, T, D)} of the cliff sweep, B-major, then D, then T."""
+    return {f"{B}x{T}x{D}": (B, T, D) for B in CLIFF_B for D in CLIFF_D for T in CLIFF_T
+            if 2 * 4 * B * T * D >= CLIFF_MIN_BYTES}
+
+
+def cliff_bytes(B: int, T: int, D: int) -> int:
+    """What a cliff cell must move: read a and b, write h, fp32."""
+    return 3 * 4 * B * T * D
+
+
 # Issue 17's block widths (benchmarks.bench_roofline.BlockWidths): matrix_affine_scan's states-only
 # form (h from h_0 = 0, what the mixers call) with k x k transitions and v columns per block,
 # n = d // k blocks (a state of d rows per column) at BLOCK_SHAPES; triton, device time and bytes

@@ -1,9 +1,12 @@
 """The roofline artifact (experiments/bench/scan_roofline.{md,json,png}): every op's time
 against the bandwidth floor of the same run, the peers side by side, the scaling with T,
-and issue 7's targets evaluated on the figures (met or not, with the measured value)."""
+issue 7's targets evaluated on the figures (met or not, with the measured value), and issue
+16's cells: scankit beside accelerated-scan on its own layout, and the cliff sweep's heatmap
+(scan_cliffs.png)."""
 from __future__ import annotations
 
 from . import grid
+from .report import _recorded
 
 # (what, ops, shapes, directions, kind, bar) - kind "pct": % of copy >= bar; "vs": triton at
 # least bar x faster than impl; "small": fwdbwd at least bar x faster than eager
@@ -169,6 +172,90 @@ def tried_figures(logs_dir) -> dict:
                 figures.append(rec["us"])
             out.setdefault(target, []).append(dict(what=what, run=run, log=name, us=figures[0], base_us=figures[1]))
     return out
+
+# issue 16 goal 2, % of copy (met: at least the bar), fp32 and bf16 alike (goal 3: the same % by
+# their own bytes): (32, 4096, 1024) fwd 90; B = 1 fwd 85; fwd+bwd 80 at both; goal 1: the peer on
+# its native layout no faster (peer time / scankit time >= PEER_BAR)
+ROOFLINE_BARS = {("32x4096x1024", "fwd"): 90, ("1x65536x1024", "fwd"): 85, ("1x1048576x1024", "fwd"): 85,
+                 ("32x4096x1024", "fwdbwd"): 80, ("1x65536x1024", "fwdbwd"): 80, ("1x1048576x1024", "fwdbwd"): 80}
+PEER_BAR = 1.0
+ISSUE16_PEER = "accelerated_scan_native"
+
+
+def _pct(seconds, moved, copy_bw):
+    return 100 * moved / seconds / copy_bw if seconds and moved else None
+
+
+def issue16_rows(device: dict, moved: dict, copy_bw: float) -> list[dict]:
+    """Issue 16's table (grid.ROOFLINE_*) from ``suite.roofline_cells``' device time and bytes
+    ({(shape, impl, dtype, direction): seconds / bytes}; missing or n/a = None): scankit's and the
+    peer's us and % of copy, the peer's time over scankit's (goal 1: >= 1), goal 2's bar."""
+    rows = []
+    for shape, (B, T, D) in grid.ROOFLINE_SHAPES.items():
+        for dtype in grid.ROOFLINE_DTYPES:
+            for direction in grid.DIRECTIONS:
+                t, p = (_recorded(device, (shape, impl, dtype, direction)) for impl in ("triton", ISSUE16_PEER))
+                b = _recorded(moved, (shape, "triton", dtype, direction))
+                pct, bar = _pct(t, b, copy_bw), ROOFLINE_BARS.get((shape, direction))
+                ratio = p / t if p and t else None
+                rows.append(dict(shape=shape, B=B, T=T, D=D, dtype=dtype, direction=direction,
+                                 us=t * 1e6 if t else None, pct=pct, peer_us=p * 1e6 if p else None,
+                                 peer_pct=_pct(p, _recorded(moved, (shape, ISSUE16_PEER, dtype, direction)) or b, copy_bw),
+                                 ratio=ratio, peer_met=None if ratio is None else ratio >= PEER_BAR, bar=bar,
+                                 met=None if bar is None or pct is None else pct >= bar))
+    return rows
+
+
+def cliff_rows(device: dict, copy_bw: float) -> list[dict]:
+    """Issue 16's cliff sweep (grid.cliff_shapes) from ``suite.cliff_cells``' device time
+    ({(shape,): seconds}; missing or n/a = None): us, % of copy (grid.cliff_bytes), met (>= CLIFF_BAR)."""
+    rows = []
+    for shape, (B, T, D) in grid.cliff_shapes().items():
+        t, b = _recorded(device, (shape,)), grid.cliff_bytes(B, T, D)
+        pct = _pct(t, b, copy_bw)
+        rows.append(dict(shape=shape, B=B, T=T, D=D, us=t * 1e6 if t else None, mb=b / 1e6,
+                         pct=pct, met=None if pct is None else pct >= grid.CLIFF_BAR))
+    return rows
+
+
+def plot_cliffs(rows: list[dict], env: dict, path) -> None:
+    """The cliff sweep as a heatmap: % of copy per (B, D) row and T column; grey where the sweep
+    has no cell (under 64 MiB of inputs) or the run has no value; outlined under the bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ys = [(B, D) for B in grid.CLIFF_B for D in grid.CLIFF_D if any(r["B"] == B and r["D"] == D for r in rows)]
+    cells = {(r["B"], r["D"], r["T"]): r for r in rows}
+    grid_pct = np.full((len(ys), len(grid.CLIFF_T)), np.nan)
+    for i, (B, D) in enumerate(ys):
+        for j, T in enumerate(grid.CLIFF_T):
+            r = cells.get((B, D, T))
+            if r is not None and r["pct"] is not None:
+                grid_pct[i, j] = r["pct"]
+    fig, ax = plt.subplots(figsize=(6.4, 0.32 * len(ys) + 1.6), dpi=100)
+    cmap = plt.get_cmap("RdYlGn").copy()
+    cmap.set_bad("#dddddd")
+    image = ax.imshow(np.ma.masked_invalid(grid_pct), cmap=cmap, vmin=40, vmax=100, aspect="auto")
+    for i, (B, D) in enumerate(ys):
+        for j, T in enumerate(grid.CLIFF_T):
+            r = cells.get((B, D, T))
+            text = "" if r is None else ("n/a" if r["pct"] is None else f"{r['pct']:.0f}")
+            ax.text(j, i, text, ha="center", va="center", fontsize=7)
+            if r is not None and r["met"] is False:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.5))
+    ax.set_xticks(range(len(grid.CLIFF_T)), [str(T) for T in grid.CLIFF_T])
+    ax.set_yticks(range(len(ys)), [f"B={B} D={D}" for B, D in ys], fontsize=7)
+    ax.set_xlabel("T")
+    ax.set_title(f"{grid.STATE_OP} fp32 fwd, % of copy (bar {grid.CLIFF_BAR}%): {env['device']}, "
+                 f"{env['commit'][:8]}", fontsize=8)
+    fig.colorbar(image, ax=ax, label="% of copy")
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+
 
 def payload(env: dict, bench: dict, peers: dict, scaling: dict, tried: dict | None = None) -> dict:
     """bench: report.bench_payload output; peers: {(shape, peer, direction): seconds};

@@ -883,6 +883,35 @@ def _roofline_cell(impl: str, direction: str, dims: dict, dtype, dev: str) -> tu
     return timed(fn, dev), moved
 
 
+def cliff_cells() -> dict:
+    """Device time of issue 16's cliff sweep (grid.cliff_shapes): STATE_OP's fp32 forward from
+    h_0 = 0 per (B, T, D), each with the bytes it must move (read a, b, write h); a cell whose
+    tensors do not fit the GPU's free memory is skipped, saying so; tiny shapes and wall time
+    in a CPU smoke run."""
+    import torch
+
+    from . import measure
+
+    dev = device()
+    out = dict(device_time={}, bytes={}, skipped={}, failed={})
+    with measure.scan_mode("triton"):
+        for shape, (B, T, D) in grid.cliff_shapes().items():
+            key = (shape,)
+            if dev == "cuda":
+                need, free = 5 * 4 * B * T * D, torch.cuda.mem_get_info()[0]  # a, b, h, h in flight, a's build
+                if need > 0.95 * free:
+                    out["skipped"][key] = (f"needs ~{need / 2 ** 30:.0f} GiB (a, b, h and temporaries); "
+                                           f"{free / 2 ** 30:.0f} GiB free on the GPU")
+                    continue
+            dims = dict(B=B, T=T, D=D) if dev == "cuda" else dict(B=1, T=13, D=8)
+            cell = failing(out, key, lambda: _roofline_cell("triton", "fwd", dims, torch.float32, dev))
+            if cell is not None:
+                out["device_time"][key], out["bytes"][key] = cell
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+    return out
+
+
 def block_dims(shape: str, k: int, v: int) -> dict:
     """A block-width cell's (B, T, n, k, v): n = d / k blocks of the grid shape's state width d."""
     s = grid.SHAPES[shape]
