@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Direct benchmark driver: parity (--check), timing (--bench), mixer memory (--memory), whole
-layers (--layers: one training step against plain torch eager / compiled and cuDNN's GRU) and a
-whole MinGRUStack on the kernels, eager and compiled (--stacks).
+layers (--layers: one training step against plain torch eager / compiled and cuDNN's GRU), a
+whole MinGRUStack on the kernels, eager and compiled (--stacks), and issue 16's elementwise cells
+beside accelerated-scan on its own layout with the cliff sweep (--roofline, + scan_cliffs.png).
 
-Writes experiments/bench/scan_{parity,bench,memory,layers}.{json,md} (or --out DIR), measured by
+Writes experiments/bench/scan_{parity,bench,memory,layers,issue16}.{json,md} (or --out DIR), measured by
 the same code as the asv suites (benchmarks.harness.suite). Needs a CUDA device; without one
 it says so loudly and exits 2.
 """
@@ -35,6 +36,8 @@ def main(argv=None):
                         help="one training step of whole layers (issue 19); --mixers / --layer-shapes / --dtypes pick rows")
     parser.add_argument("--stacks", action="store_true",
                         help="one training step of a MinGRUStack on the kernels, eager and torch.compile'd")
+    parser.add_argument("--roofline", action="store_true",
+                        help="issue 16: linear_scan_state beside accelerated-scan native, and the cliff sweep")
     parser.add_argument("--mixers", nargs="+", default=list(grid.LAYER_MIXERS), choices=list(grid.LAYER_MIXERS))
     parser.add_argument("--layer-shapes", nargs="+", default=list(grid.LAYER_SHAPES), choices=list(grid.LAYER_SHAPES))
     parser.add_argument("--dtypes", nargs="+", default=list(grid.LAYER_DTYPES), choices=list(grid.LAYER_DTYPES))
@@ -42,8 +45,8 @@ def main(argv=None):
     parser.add_argument("--ops", nargs="+", default=list(grid.OP_NAMES), choices=list(grid.OP_NAMES))
     parser.add_argument("--out", default=str(ROOT / "experiments" / "bench"), help="output folder")
     args = parser.parse_args(argv)
-    if not (args.check or args.bench or args.memory or args.layers or args.stacks):
-        parser.error("pass at least one of --check, --bench, --memory, --layers, --stacks")
+    if not (args.check or args.bench or args.memory or args.layers or args.stacks or args.roofline):
+        parser.error("pass at least one of --check, --bench, --memory, --layers, --stacks, --roofline")
     if not torch.cuda.is_available():
         print("=" * 72 + "\nSKIPPED: no CUDA device. --check compares against the Triton kernels on the GPU;\n"
               "--bench and --memory need a GPU to produce numbers. Nothing was written.\n" + "=" * 72,
@@ -78,7 +81,42 @@ def main(argv=None):
         for cell, error in payload["failed"].items():
             print(f"  FAILED {cell}: {error}")
         ok = ok and not payload["failed"]
+    if args.roofline:
+        ok = roofline(env, args.out) and ok
     return 0 if ok else 1
+
+
+def roofline(env: dict, out: str) -> bool:
+    """Issue 16's cells and cliff sweep (asv's Roofline and Cliffs cells): scan_issue16.{json,md}
+    and scan_cliffs.png under ``out``, a short table printed; False where a cell failed."""
+    from tabulate import tabulate
+
+    from benchmarks.harness import measure
+    from benchmarks.harness import roofline as rl
+
+    copy_bw = suite.copy_bandwidth()
+    seconds = lambda cells: {k: measure.median_of(v) for k, v in cells["device_time"].items()}  # noqa: E731
+    cells, cliffs = suite.roofline_cells(), suite.cliff_cells()
+    failed = {" ".join(map(str, k)): e for k, e in {**cells["failed"], **cliffs["failed"]}.items()}
+    payload = dict(env=env, copy_bw=copy_bw, issue16=rl.issue16_rows(seconds(cells), cells["bytes"], copy_bw),
+                   cliffs=rl.cliff_rows(seconds(cliffs), copy_bw), cliff_bar=grid.CLIFF_BAR,
+                   cliff_min_mib=grid.CLIFF_MIN_BYTES // 2 ** 20, failed=failed,
+                   skipped={" ".join(map(str, k)): why for k, why in {**cells["skipped"], **cliffs["skipped"]}.items()})
+    report.write("scan_issue16", payload, out)
+    rl.plot_cliffs(payload["cliffs"], env, Path(out) / "scan_cliffs.png")
+    fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
+    print(f"copy {copy_bw / 1e12:.2f} TB/s")
+    print(tabulate([(r["shape"], r["dtype"], r["direction"], fmt(r["us"], ".1f"), fmt(r["pct"], ".0f"),
+                     fmt(r["peer_us"], ".1f"), fmt(r["ratio"], ".2f")) for r in payload["issue16"]],
+                   headers=["shape", "dtype", "dir", "scankit us", "% copy", "acc-scan native us", "peer/scankit"]))
+    measured = [r for r in payload["cliffs"] if r["pct"] is not None]
+    if measured:
+        worst = min(measured, key=lambda r: r["pct"])
+        print(f"cliff sweep: {sum(r['met'] for r in measured)} of {len(measured)} cells >= {grid.CLIFF_BAR}% of copy; "
+              f"lowest {worst['pct']:.0f}% at {worst['shape']}")
+    for cell, error in failed.items():
+        print(f"  FAILED {cell}: {error}")
+    return not failed
 
 
 if __name__ == "__main__":

@@ -112,3 +112,23 @@ def test_cliff_rows_table_and_heatmap(tmp_path):
     rl.plot_cliffs(rows, env, a)
     rl.plot_cliffs(rows, env, b)
     assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and a.read_bytes() == b.read_bytes()  # deterministic
+
+
+def test_the_driver_writes_issue16s_tables_and_heatmap(bench_smoke, monkeypatch, tmp_path, capsys):
+    """``scripts/bench_scans.py --roofline``'s body on the smoke shapes: both tables (the peer n/a
+    on the CPU, saying why), the heatmap, and the printed summary."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_scans_driver", Path(__file__).parents[1] / "scripts" / "bench_scans.py")
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    monkeypatch.setattr(suite, "copy_bandwidth", lambda: 4.0e12)
+    env = dict(torch="2.x", triton="3.x", device="CPU", driver="-", commit="abcdef123456", time="2026-01-01T00:00:00Z")
+    assert driver.roofline(env, str(tmp_path)) is True
+    text = (tmp_path / "scan_issue16.md").read_text()
+    assert "## Issue 16: scankit on (B, T, D)" in text and "## Issue 16: the cliff sweep" in text
+    assert "- n/a: 32x4096x1024 accelerated_scan_native fp32 fwd:" in text  # the peer is CUDA-only
+    assert (tmp_path / "scan_cliffs.png").read_bytes()[:4] == b"\x89PNG"
+    shown = capsys.readouterr().out
+    assert "copy 4.00 TB/s" in shown and f"of {len(grid.cliff_shapes())} cells >= 70% of copy" in shown
