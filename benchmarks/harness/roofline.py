@@ -173,6 +173,7 @@ def tried_figures(logs_dir) -> dict:
             out.setdefault(target, []).append(dict(what=what, run=run, log=name, us=figures[0], base_us=figures[1]))
     return out
 
+
 # issue 16 goal 2, % of copy (met: at least the bar), fp32 and bf16 alike (goal 3: the same % by
 # their own bytes): (32, 4096, 1024) fwd 90; B = 1 fwd 85; fwd+bwd 80 at both; goal 1: the peer on
 # its native layout no faster (peer time / scankit time >= PEER_BAR)
