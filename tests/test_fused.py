@@ -128,6 +128,7 @@ def _pretend_gpu(monkeypatch, sms):
 
 @pytest.mark.parametrize("B,T,d,k,chunks", [
     (1, 65536, 1024, 8, (100, None)),  # a B = 1 prefill (vlong): 128 lanes, chunked
+    (1, 65536, 1024, 16, (100, None)), # k = 16: 64 lanes
     (1, 65536, 1024, 2, (100, None)),  # RotationMinGRU's 2x2 blocks: 512 lanes
     (32, 4096, 1024, 8, (4, 16)),      # large: the lanes fill a quarter of the device, a few chunks
     (32, 4096, 1024, 2, (4, 16)),
@@ -142,8 +143,11 @@ def test_rotation_chunks_on_the_gpu(B, T, d, k, chunks, monkeypatch):
     until the programs fill the device, and only into at least CHUNKS["min_chunks"] of them
     (a summary pass and a main pass of T / chunks steps each against one walk of T), so long T
     at small batch is chunked and lanes that fill the device keep one walk; the chunks cover T,
-    and a chunked launch's programs stay within the 32 blocks an SM holds at once (one wave)."""
+    and a chunked launch's programs stay within the 32 blocks an SM holds at once (one wave).
+    A chunked program takes the lanes of the pair-once path (k = 8: 16, not 64 // k) and, with
+    them, per_sm shrinks so an SM holds the same elements as at 64 // k lanes."""
     from scankit.triton import givens
+    from scankit.triton.common import next_pow2
 
     _pretend_gpu(monkeypatch, 132)
     bn, nc, chunk = givens._geometry(B, T, d // k, k, torch.device("cuda", 0))
@@ -153,6 +157,7 @@ def test_rotation_chunks_on_the_gpu(B, T, d, k, chunks, monkeypatch):
     if nc > 1:
         assert nc >= givens.CHUNKS["min_chunks"] and chunk >= givens.CHUNKS["min_chunk"], (bn, nc, chunk)
         assert B * -(-d // k // bn) * nc <= 32 * 132, (bn, nc, chunk)
+        assert givens._pair_once(bn, k) or bn == next_pow2(d // k), (bn, nc, chunk)
 
 
 def test_rotation_chunked_with_the_gpu_geometry(seed, monkeypatch, fused_launches):

@@ -306,7 +306,12 @@ def _lanes_per_program(B: int, N: int, device) -> int:
 # into "min_chunks" chunks or more (two passes of T / chunks steps against one of T), else one
 # walk (with _lanes_per_program's lanes). Tuned on the H100 (tune_scans.py --sections rotation;
 # NOTES.md, sessions 28 and 29): 64 elements a program and 24 programs per SM (below the 32
-# resident blocks an SM holds) beat 32, 128 and 12, 48; min_chunk 32 helps short T.
+# resident blocks an SM holds) beat 32, 128 and 12, 48; min_chunk 32 helps short T. Where k's
+# pair values would not fill a program's threads at "elems" // k lanes (Givens k = 8, 16), a
+# program takes the lanes of the pair-once path (PAIR_ONCE, below) and "per_sm" shrinks by as
+# much, so an SM holds the same elements (H100, session 36: Givens k = 8 0.79-0.87x fwd,
+# 0.79-0.83x fwd+bwd at large, vlong, (16, 2048, 512), (64, 2048, 1024); k = 16 0.81x / 0.80x at
+# large, 1.00x / 0.92x at vlong; doubling the lanes without halving per_sm lost at vlong, 1.12x).
 CHUNKS = common.Knobs({"elems": 64, "per_sm": 24, "min_chunk": 32, "min_chunks": 3})
 
 
@@ -329,11 +334,18 @@ def _pair_once(bn: int, K: int) -> bool:
     return bn * (K // 2) >= PAIR_ONCE["pairs_per_thread"] * 32 * _warps(K)
 
 
+def _pair_once_lanes(K: int) -> int:
+    """The fewest lanes a program takes for ``_pair_once``."""
+    return cdiv(PAIR_ONCE["pairs_per_thread"] * 32 * _warps(K), max(1, K // 2))
+
+
 def _geometry(B: int, T: int, N: int, K: int, device) -> tuple[int, int, int]:
     """(lanes per program, chunks, chunk length) of the rotation kernels."""
     if common.on_gpu(device):
-        bn = min(max(1, CHUNKS["elems"] // K), next_pow2(N))
-        want = cdiv(target_programs(device, per_sm=CHUNKS["per_sm"]), B * cdiv(N, bn))
+        lanes = max(1, CHUNKS["elems"] // K)
+        bn = min(max(lanes, _pair_once_lanes(K)), next_pow2(N))
+        per_sm = max(1, CHUNKS["per_sm"] * lanes // max(lanes, bn))  # the same elements an SM
+        want = cdiv(target_programs(device, per_sm=per_sm), B * cdiv(N, bn))
         nc = min(want, T // CHUNKS["min_chunk"])
         if nc < CHUNKS["min_chunks"]:
             bn, nc = _lanes_per_program(B, N, device), 1
