@@ -160,23 +160,29 @@ def test_rotation_chunks_on_the_gpu(B, T, d, k, chunks, monkeypatch):
         assert givens._pair_once(bn, k) or bn == next_pow2(d // k), (bn, nc, chunk)
 
 
-def test_rotation_chunked_with_the_gpu_geometry(seed, monkeypatch, fused_launches):
-    """A B = 1 RotationMinGRU (decay, h_0) at T = 520 on a pretend 4-SM GPU: the GPU's geometry
-    chunks T (16 chunks of 33 steps: 96 programs per SM-count x per_sm, cut at min_chunk 32);
-    values and grads against the generic path in float64."""
+@pytest.mark.parametrize("make,lanes", [
+    (lambda: scankit.RotationMinGRU(5, 4, decay=True), 2),
+    # n = 16 blocks of 8: 16 lanes a program (the pair-once path's), 48 programs per SM-count x per_sm
+    (lambda: scankit.GivensMinGRU(5, 128, block_size=8, rounds=3, decay=True), 16),
+], ids=["rotation k=2", "givens k=8"])
+def test_rotation_chunked_with_the_gpu_geometry(make, lanes, seed, monkeypatch, fused_launches):
+    """A B = 1 RotationMinGRU / GivensMinGRU (decay, h_0) at T = 520 on a pretend 4-SM GPU: the
+    GPU's geometry chunks T (16 chunks of 33 steps: 96 programs (Givens k = 8: 48 of twice the
+    lanes) per SM-count x per_sm, cut at min_chunk 32); values and grads against the generic path
+    in float64."""
     from scankit.triton import givens
 
     torch.manual_seed(seed)
-    mixer = scankit.RotationMinGRU(5, 4, decay=True).to(DEVICE)
+    mixer = make().to(DEVICE)
     with torch.no_grad():
         for p in mixer.parameters():
             p.uniform_(-0.5, 0.5)
     ref = copy.deepcopy(mixer).double()
     x = torch.randn(1, 520, 5, device=DEVICE, requires_grad=True)
     dt = torch.rand(1, 520, device=DEVICE) * 2
-    h0 = torch.randn(1, 4, device=DEVICE, requires_grad=True)
+    h0 = torch.randn(1, mixer.n * mixer.k, device=DEVICE, requires_grad=True)
     _pretend_gpu(monkeypatch, 4)
-    assert givens._geometry(1, 520, mixer.n, mixer.k, x.device)[1:] == (16, 33)
+    assert givens._geometry(1, 520, mixer.n, mixer.k, x.device) == (lanes, 16, 33)
     monkeypatch.setenv("MINGRU_SCAN", "triton")
     out = mixer(x, h_0=h0, delta_t=dt)
     w = torch.randn(out.shape, dtype=torch.float64, device=DEVICE)
