@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections rotation widths gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline pipelining lanes] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections rotation widths gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline few pipelining lanes] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -83,8 +83,9 @@ def widths_sweep(budget, log):
     blocks and warps a program give more rows than one 16 x 16 block does."""
     copy = None
     reference = {}
-    with knobs(affine.TUNING):
-        for width, (k, v) in reversed(grid.BLOCK_WIDTHS.items()):
+    for width, (k, v) in reversed(grid.BLOCK_WIDTHS.items()):
+        # each width from the adopted table: its first point is then production's
+        with knobs(affine.TUNING):
             kb, vb = common.next_pow2(k), common.next_pow2(v)
             n = suite.block_dims(grid.BLOCK_SHAPES[0], k, v)["n"]
             adopted = (affine._block_lanes(n, k, v), affine.TUNING["num_warps"])
@@ -100,7 +101,8 @@ def widths_sweep(budget, log):
                     us, err = _checked(fn, reference, (width, shape, direction))
                     log(dict(section="widths", width=width, shape=shape, direction=direction,
                              lanes=affine._block_lanes(dims["n"], k, v), warps=warps, us=us,
-                             pct_copy=100 * moved / (us * 1e-6) / copy, rel_err=err))
+                             pct_copy=100 * moved / (us * 1e-6) / copy, rel_err=err,
+                             adopted=(lanes, warps) == adopted))
                     del fn  # its inputs, before the next cell's
 
 
@@ -559,6 +561,41 @@ def roofline_sweep(budget, log):
                                      direction=direction, us=us, pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
+# Issue 16's cells where programs are few (session 37's --roofline, H100: bf16 (16, 2048, 512)
+# fwd at 28% of copy, walking 64 one-warp programs; B = 1 fwd 72% fp32 / 46% bf16 on the
+# look-back; (8, 7777, 1024) fp32 55%; D = 64 at T = 65536 51%): linear_scan_state (dims, dtype).
+FEW_CELLS = [((16, 2048, 512), torch.bfloat16), ((1, 65536, 1024), torch.bfloat16), ((8, 4096, 1024), torch.bfloat16),
+             ((16, 4096, 1024), torch.bfloat16), ((32, 4096, 1024), torch.bfloat16), ((1, 65536, 1024), torch.float32),
+             ((8, 7777, 1024), torch.float32), ((16, 2048, 512), torch.float32), ((2, 65536, 64), torch.float32)]
+# paths ({knob table in common: updates}): production; the walk left to more programs (both
+# passes at the backward's 1.25 per SM), so these cells take the look-back tiles; then those
+# tiles at twice the bytes a program (2-byte dtypes read half of fp32's per tile)
+_TILES_FEW = {"programs_per_sm": {"fwd": 1.25, "bwd": 1.25}}
+FEW_PATHS = {"main": {}, "tiles": {"IN_THREAD": _TILES_FEW},
+             "tiles+lb256x32w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 4))},
+             "tiles+lb128x64w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(128, 64, 4))},
+             "tiles+lb256x32w8": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 8))}}
+
+
+def few_sweep(budget, log):
+    """Issue 16's few-program cells (``FEW_CELLS``) on each path of ``FEW_PATHS``, fwd and
+    fwd+bwd, device time and % of copy, each checked against the cell's production result."""
+    copy = None
+    reference = {}
+    for path, updates in FEW_PATHS.items():
+        with knobs(common.IN_THREAD, common.LOOKBACK):
+            for table, upd in updates.items():
+                getattr(common, table).update(upd)
+            for (dims, dtype), direction in itertools.product(FEW_CELLS, grid.DIRECTIONS):
+                if time.time() - START > budget:
+                    return
+                copy = copy or measure.copy_bandwidth()
+                us, err = _device_us("linear_scan_state", dims, direction, reference, (dims, dtype, direction), dtype)
+                moved = _state_bytes("linear_scan_state", dims, direction, dtype)
+                log(dict(section="few", path=path, dims=dims, dtype=str(dtype)[6:], direction=direction, us=us,
+                         pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
+
+
 GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (4, 16384, 1024), (8, 512, 256), (32, 4096, 1024)]
 # the gated kernels' paths, each a set of knob updates ({knob table's name in common: updates}):
 # the default rule (the tiles), and the gates let walk (IN_THREAD["gates"]) in the in-thread
@@ -638,7 +675,7 @@ def _gated_cells(budget, log, section, dims_list, paths, unfused):
 
 
 SECTIONS = dict(rotation=rotation_sweep, widths=widths_sweep, gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
-                elementwise=elementwise_sweep, roofline=roofline_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
+                elementwise=elementwise_sweep, roofline=roofline_sweep, few=few_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
 
 
 def main():

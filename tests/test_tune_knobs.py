@@ -23,13 +23,14 @@ def test_knobs_are_restored_after_an_early_exit():
 def test_an_exhausted_budget_leaves_the_knobs_as_they_were(monkeypatch):
     monkeypatch.setattr(tune_scans, "START", 0.0)  # the budget is long spent: every sweep returns at once
     before = dict(common.PROGRAMS_PER_SM), dict(common.ELEMENTWISE_STAGES), dict(affine.TUNING)
-    lanes = dict(affine.LANE_BLOCKS)
+    lanes, in_thread, lookback = dict(affine.LANE_BLOCKS), dict(common.IN_THREAD), dict(common.LOOKBACK)
     tune_scans.affine_sweep(1.0, print)
     tune_scans.elementwise_sweep(1.0, print)
     tune_scans.lanes_sweep(1.0, print)
     tune_scans.widths_sweep(1.0, print)
+    tune_scans.few_sweep(1.0, print)
     assert (common.PROGRAMS_PER_SM, common.ELEMENTWISE_STAGES, affine.TUNING) == before
-    assert affine.LANE_BLOCKS == lanes
+    assert affine.LANE_BLOCKS == lanes and common.IN_THREAD == in_thread and common.LOOKBACK == lookback
 
 
 def test_the_gated_sweeps_walk_path_walks_and_is_undone(monkeypatch):
@@ -70,3 +71,60 @@ def test_the_gated_look_back_paths_set_the_tile_and_are_undone():
         assert common.LOOKBACK == before
     assert common.lookback_tiles(cuda) == tuple(before["tile"])
     assert set(tune_scans.GATED_PATHS["walk"]) <= {"IN_THREAD", "LOOKBACK"}
+
+
+def test_the_widths_sweep_starts_each_width_at_production(monkeypatch):
+    """Each width's first point is the one production launches (session 38: the table a width
+    left behind had become the next width's "adopted" point, e.g. 32 lanes at k = 8), and every
+    point after it is another; the knobs are as before once the sweep is done."""
+    from benchmarks.harness import grid, measure, suite
+
+    monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
+    monkeypatch.setattr(measure, "copy_bandwidth", lambda: 1e12)
+    monkeypatch.setattr(suite, "block_workload", lambda dims, direction, device: (None, 1e6))
+    monkeypatch.setattr(tune_scans, "_checked", lambda fn, reference, key: (1.0, None))
+    tuning = dict(affine.TUNING)
+    rows = []
+    tune_scans.widths_sweep(1e9, rows.append)
+    assert affine.TUNING == tuning
+    cells = len(grid.BLOCK_SHAPES) * len(grid.DIRECTIONS)
+    for width, (k, v) in grid.BLOCK_WIDTHS.items():
+        mine = [r for r in rows if r["width"] == width]
+        n = suite.block_dims(grid.BLOCK_SHAPES[0], k, v)["n"]
+        production = (affine._block_lanes(n, k, v), tuning["num_warps"])
+        assert [(r["lanes"], r["warps"]) for r in mine[:cells]] == [production] * cells, width
+        assert all(r["adopted"] for r in mine[:cells]) and not any(r["adopted"] for r in mine[cells:]), width
+        assert len(mine) > cells
+
+
+def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch):
+    """The few-program sweep's paths: production walks bf16 (16, 2048, 512) forward on the GPU;
+    the "tiles" paths take it to the look-back tiles they set; the knobs are restored after."""
+    import torch
+    from scankit.triton import elementwise
+
+    monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    seen, before = [], (dict(common.IN_THREAD), dict(common.LOOKBACK))
+
+    def device_us(op, dims, direction, reference, key, dtype):
+        a = torch.empty(dims, device="meta", dtype=dtype)
+        seen.append((elementwise._geometry(a, False, "fwd", a, a, a)[:4], common.use_lookback(2), common.lookback_tiles(a.device)))
+        return 1.0, None
+
+    monkeypatch.setattr(tune_scans, "_device_us", device_us)
+    monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
+    monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
+    rows = []
+    tune_scans.few_sweep(1e9, rows.append)
+    assert (dict(common.IN_THREAD), dict(common.LOOKBACK)) == before
+    per_path = len(tune_scans.FEW_CELLS) * 2
+    assert len(rows) == len(seen) == per_path * len(tune_scans.FEW_PATHS)
+    first = tune_scans.FEW_CELLS.index(((16, 2048, 512), torch.bfloat16)) * 2
+    walking = common.IN_THREAD["tile"] + (common.IN_THREAD["stages"]["fwd"],)
+    assert seen[first][0] == walking  # production walks it
+    for j, (path, updates) in enumerate(tune_scans.FEW_PATHS.items()):
+        if j:
+            geometry, _, tile = seen[j * per_path + first]
+            assert geometry != walking and tile == updates.get("LOOKBACK", {}).get("tile", before[1]["tile"]), path
