@@ -574,7 +574,8 @@ _TILES_FEW = {"programs_per_sm": {"fwd": 1.25, "bwd": 1.25}}
 FEW_PATHS = {"main": {}, "tiles": {"IN_THREAD": _TILES_FEW},
              "tiles+lb256x32w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 4))},
              "tiles+lb128x64w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(128, 64, 4))},
-             "tiles+lb256x32w8": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 8))}}
+             "tiles+lb256x32w8": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 8))},
+             "tiles-bwd2.5": {"IN_THREAD": {"programs_per_sm": {"fwd": 1.25, "bwd": 2.5}}}}
 
 
 def few_sweep(budget, log):
