@@ -98,7 +98,7 @@ def test_the_widths_sweep_starts_each_width_at_production(monkeypatch):
 
 
 def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch):
-    """The few-program sweep's paths: production walks bf16 (16, 2048, 512) forward on the GPU;
+    """The few-program sweep's paths: production walks fp32 (16, 2048, 512) forward on the GPU;
     the "tiles" paths take it to the look-back tiles they set; the knobs are restored after."""
     import torch
     from scankit.triton import elementwise
@@ -121,7 +121,7 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     assert (dict(common.IN_THREAD), dict(common.LOOKBACK)) == before
     per_path = len(tune_scans.FEW_CELLS) * 2
     assert len(rows) == len(seen) == per_path * len(tune_scans.FEW_PATHS)
-    first = tune_scans.FEW_CELLS.index(((16, 2048, 512), torch.bfloat16)) * 2
+    first = tune_scans.FEW_CELLS.index(((16, 2048, 512), torch.float32)) * 2
     walking = common.IN_THREAD["tile"] + (common.IN_THREAD["stages"]["fwd"],)
     assert seen[first][0] == walking  # production walks it
     for j, (path, updates) in enumerate(tune_scans.FEW_PATHS.items()):
