@@ -119,12 +119,13 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     rows = []
     tune_scans.few_sweep(1e9, rows.append)
     assert (dict(common.IN_THREAD), dict(common.LOOKBACK)) == before
-    per_path = len(tune_scans.FEW_CELLS) * 2
-    assert len(rows) == len(seen) == per_path * len(tune_scans.FEW_PATHS)
-    first = tune_scans.FEW_CELLS.index(((16, 2048, 512), torch.float32)) * 2
+    assert len(rows) == len(seen) == len(tune_scans.FEW_CELLS) * 2 * len(tune_scans.FEW_PATHS)
+    paths = len(tune_scans.FEW_PATHS)
+    first = tune_scans.FEW_CELLS.index(((16, 2048, 512), torch.float32)) * 2 * paths  # its fwd, on each path
     walking = common.IN_THREAD["tile"] + (common.IN_THREAD["stages"]["fwd"],)
     assert seen[first][0] == walking  # production walks it
+    assert [r["path"] for r in rows[first:first + paths]] == list(tune_scans.FEW_PATHS)
     for j, (path, updates) in enumerate(tune_scans.FEW_PATHS.items()):
         if j:
-            geometry, _, tile = seen[j * per_path + first]
+            geometry, _, tile = seen[first + j]
             assert geometry != walking and tile == updates.get("LOOKBACK", {}).get("tile", before[1]["tile"]), path
