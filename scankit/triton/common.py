@@ -133,22 +133,28 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 # on the tiles, fwd+bwd 852 against 430; at 256 programs (fp32 (64, 256, 512)) the fwd was even
 # (79 / 75), the fwd+bwd 283 against 168. "gates": whether the gated scans may walk (the sweep's
 # "walk" path sets it).
+# "two_byte": the aim's factor per pass for 2-byte dtypes, whose walking program keeps half the
+# bytes of an fp32 one in flight (H100, session 37: bf16 (16, 2048, 512) walked its forward in 64
+# programs at 28% of copy, fp32 at 80%).
 IN_THREAD = Knobs({"tile": (16, 128, 1), "stages": Knobs({"fwd": 4, "bwd": 3}),
-                  "programs_per_sm": Knobs({"fwd": 0.45, "bwd": 1.25}),
+                  "programs_per_sm": Knobs({"fwd": 0.45, "bwd": 1.25}), "two_byte": Knobs({"fwd": 2.0, "bwd": 1.0}),
                   "gates": False})
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
 def in_thread_walk(device: torch.device, B: int, D: int, pass_: str, *tensors) -> bool:
-    """Whether a linear recurrence over (B, T, D) ``tensors`` (None skipped) walks in the
-    in-thread tiles (``IN_THREAD``): on the GPU, with enough programs for the pass, D at least one
+    """Whether a linear recurrence over (B, T, D) ``tensors`` (None skipped; the first is the
+    input, whose dtype sets the aim) walks in the in-thread tiles (``IN_THREAD``): on the GPU,
+    with enough programs for the pass (twice as many in 2-byte dtypes where ``two_byte`` says), D at least one
     tile wide (narrower, lanes would idle: those shapes keep their measured tiles), D and every
     tensor's time and batch strides and storage offset multiples of ALIGN with unit D stride (else
     the loads and the column mask cannot be 16 bytes wide). Shapes and strides only: fake tensors
     (torch.compile) too."""
     block_d = IN_THREAD["tile"][1]
-    if not on_gpu(device) or D % ALIGN or D < block_d or B * cdiv(D, block_d) < target_programs(
-            device, per_sm=IN_THREAD["programs_per_sm"][pass_]):
+    per_sm = IN_THREAD["programs_per_sm"][pass_]
+    if any(x is not None and x.element_size() < 4 for x in tensors[:1]):
+        per_sm *= IN_THREAD["two_byte"][pass_]
+    if not on_gpu(device) or D % ALIGN or D < block_d or B * cdiv(D, block_d) < target_programs(device, per_sm=per_sm):
         return False
     return all(x.stride(2) == 1 and x.stride(0) % ALIGN == 0 and x.stride(1) % ALIGN == 0
                and x.storage_offset() % ALIGN == 0 for x in tensors if x is not None)
