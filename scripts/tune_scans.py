@@ -570,11 +570,11 @@ FEW_CELLS = [((16, 2048, 512), torch.bfloat16), ((1, 65536, 1024), torch.bfloat1
              ((16, 4096, 1024), torch.bfloat16), ((16, 2048, 512), torch.float32)]
 # paths ({knob table in common: updates}): production; the forward's walk left to more programs
 # (the backward's 1.25 per SM), so these cells take the look-back tiles; then those tiles at twice
-# the bytes a program (2-byte dtypes read half of fp32's per tile)
+# the bytes a program (2-byte dtypes read half of fp32's per tile; not 64 columns over 4 warps:
+# common.lookback_tiles refuses it)
 _TILES_FEW = {"programs_per_sm": {"fwd": 1.25, "bwd": 1.25}}
 FEW_PATHS = {"main": {}, "tiles": {"IN_THREAD": _TILES_FEW},
              "tiles+lb256x32w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 4))},
-             "tiles+lb128x64w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(128, 64, 4))},
              "tiles+lb256x32w8": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 8))}}
 
 
@@ -608,8 +608,7 @@ GATED_PATHS = {"default": {}, "walk": {"IN_THREAD": dict(gates=True, programs_pe
 # shapes where they run the look-back
 GATED_LOOKBACK_DIMS = [(4, 16384, 1024), (1, 65536, 1024), (16, 2048, 512)]
 GATED_LOOKBACK_TILES = {f"lb{t}x{d}w{w}": {"LOOKBACK": dict(tile=(t, d, w))}
-                        for t, d, w in ((128, 32, 4), (64, 32, 4), (64, 64, 4), (128, 64, 4), (128, 32, 8),
-                                        (256, 32, 8), (64, 32, 2))}
+                        for t, d, w in ((128, 32, 4), (64, 32, 4), (128, 32, 8), (256, 32, 8), (64, 32, 2))}
 
 
 def gated_sweep(budget, log):

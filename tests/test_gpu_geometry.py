@@ -221,3 +221,25 @@ def test_walking_needs_aligned_rows_and_enough_programs():
         assert common.in_thread_walk(gpu, 8, 1024, "fwd", x, half)                  # the input's dtype decides
     finally:
         common.on_gpu, common._sm_count = saved
+
+
+def test_look_back_tiles_keep_each_warps_status_words_whole(monkeypatch):
+    """``lookback_tiles`` refuses a tile whose (window, BLOCK_D) status words would lie over some
+    warps as replicas (H100, session 38: (128, 64, 4) at window 1 gave wrong states), and takes
+    those a warp holds whole or the warps split without replicas; CPU runs keep their tiles."""
+    from scankit.triton import common
+
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    for tile, window in [((128, 32, 4), 1), ((256, 32, 8), 1), ((64, 32, 2), 1), ((128, 32, 4), 4), ((128, 64, 4), 2)]:
+        monkeypatch.setitem(common.LOOKBACK, "tile", tile)
+        monkeypatch.setitem(common.LOOKBACK, "window", window)
+        assert common.lookback_tiles(gpu) == tile
+    for tile, window in [((128, 64, 4), 1), ((64, 64, 4), 1), ((128, 32, 8), 2)]:
+        monkeypatch.setitem(common.LOOKBACK, "tile", tile)
+        monkeypatch.setitem(common.LOOKBACK, "window", window)
+        with pytest.raises(ValueError, match=r"common.LOOKBACK: tile .* expected at most 32"):
+            common.lookback_tiles(gpu)
+        monkeypatch.setattr(common, "on_gpu", lambda device: False)
+        assert common.lookback_tiles(torch.device("cpu")) == common.tiles(torch.device("cpu"))
+        monkeypatch.setattr(common, "on_gpu", lambda device: True)

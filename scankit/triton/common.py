@@ -134,8 +134,10 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 # (79 / 75), the fwd+bwd 283 against 168. "gates": whether the gated scans may walk (the sweep's
 # "walk" path sets it).
 # "two_byte": the aim's factor per pass for 2-byte dtypes, whose walking program keeps half the
-# bytes of an fp32 one in flight (H100, session 37: bf16 (16, 2048, 512) walked its forward in 64
-# programs at 28% of copy, fp32 at 80%).
+# bytes of an fp32 one in flight. H100, tune_scans --sections few (session 38): bf16 forwards
+# of 64 programs walked at 28% of copy ((16, 2048, 512): 120 us) where the look-back tiles take
+# 68 us (1.77x; (8, 4096, 1024) 1.85x, fwd+bwd 1.34-1.38x); at 128 programs ((16, 4096, 1024))
+# the walk still wins (tiles 0.95x). The backward's aim stays (no measurement says otherwise).
 IN_THREAD = Knobs({"tile": (16, 128, 1), "stages": Knobs({"fwd": 4, "bwd": 3}),
                   "programs_per_sm": Knobs({"fwd": 0.45, "bwd": 1.25}), "two_byte": Knobs({"fwd": 2.0, "bwd": 1.0}),
                   "gates": False})
@@ -183,6 +185,11 @@ def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, fami
 # its state carried in log space), stays on the chunked passes.
 # Session 16's sweeps: one-warp look-back tiles lose (4-8x the tickets and look-backs), and a
 # window of 1 beats 16 (vlong state fwd 421 -> 327 us, fwd+bwd 949 -> 767; 2 and 4 in between).
+# A tile's (window, BLOCK_D) status words must sit in each warp whole or in no two warps
+# (``lookback_tiles`` checks): replicas that several warps load at different instants can see a
+# word before and after its publication, and a reduction across warps then mixes their
+# decisions (H100, session 38: (128, 64, 4) at window 1, two warps a replica in its TTGIR, gave
+# wrong states, 1e-3 to 0.6 relative; the interpreter's in-order programs never show it).
 LOOKBACK = Knobs({"linear": "chunked", "tile": (128, 32, 4), "window": 1, "prefix_every": 1})
 
 
@@ -221,8 +228,17 @@ def status_words(device: torch.device, n: int) -> torch.Tensor:
 
 
 def lookback_tiles(device: torch.device) -> tuple[int, int, int]:
-    """(BLOCK_T, BLOCK_D, num_warps) of the look-back kernels."""
-    return tuple(LOOKBACK["tile"]) if on_gpu(device) else tiles(device)
+    """(BLOCK_T, BLOCK_D, num_warps) of the look-back kernels; on the GPU a ValueError for a tile
+    whose look-back words would be split over warps as replicas (``LOOKBACK``'s comment)."""
+    if not on_gpu(device):
+        return tiles(device)
+    block_t, block_d, warps = LOOKBACK["tile"]
+    words = LOOKBACK["window"] * block_d
+    if 32 < words < 32 * warps:
+        raise ValueError(f"common.LOOKBACK: tile {tuple(LOOKBACK['tile'])} at window {LOOKBACK['window']} reads "
+                         f"{words} status words a step, spread over some of its {warps} warps as replicas; "
+                         f"expected at most 32 (a warp each) or at least 32 x warps = {32 * warps}")
+    return block_t, block_d, warps
 
 
 def check_envelope(op: str, *tensors, kv=None) -> None:
