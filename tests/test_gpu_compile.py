@@ -82,3 +82,62 @@ def test_host_cost_splits_each_call_into_scankit_and_triton(tmp_path):
         assert r["launches"] == (1 if r["direction"] == "fwd" else 2), r  # lab: one pass each way
         assert 0 < r["triton_us"] < r["total_us"] and abs(r["scankit_us"] + r["triton_us"] - r["total_us"]) < 0.15, r
         assert r["wrap_fwd_us"] > 0 and (r["wrap_bwd_us"] > 0) == (r["direction"] == "fwdbwd"), r
+
+
+LAYOUT_PROBE = r"""
+import json, re, sys, torch
+sys.path.insert(0, "scripts")
+import compile_for_gpu as c
+c.gpu_target(90, 132)
+irs = {}
+c.compile_instead_of_launching(lambda fn, compiled, args, kw: irs.setdefault(fn.fn.__name__, compiled.asm["ttgir"]))
+import scankit.triton as kernels
+from scankit.triton import common
+common.LOOKBACK["linear"] = "always"
+found = []
+for tile, window in json.loads(sys.argv[1]):
+    common.LOOKBACK.update(tile=tuple(tile), window=window)
+    common.lookback_tiles = lambda device, tile=tuple(tile): tile  # the probe compiles refused tiles too
+    irs.clear()
+    a = torch.rand(1, 1024, 256, requires_grad=True)
+    h = kernels.linear_scan(a, torch.rand(1, 1024, 256), return_prefix=False)
+    (h[1] if isinstance(h, tuple) else h).backward(torch.zeros(1, 1024, 256))
+    for name, ir in sorted(irs.items()):
+        layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{(.*?)\}>", ir, re.M))
+        for shape, layout in re.findall(r"isVolatile = true\} : tensor<(\d+x\d+)x!tt\.ptr<i64>, (#\w+)>", ir):
+            fields = {k: [int(v) for v in vs.split(",")] for k, vs in re.findall(r"(\w+) = \[([\d, ]+)\]", layouts[layout])}
+            found.append(dict(tile=tile, window=window, kernel=name, shape=[int(s) for s in shape.split("x")], **fields))
+print(json.dumps(found))
+"""
+
+
+def test_look_back_status_words_are_never_split_over_warps_as_replicas():
+    """The look-back's status words (a (window, BLOCK_D) volatile load) as Triton lays them out
+    for sm_90: where common.lookback_tiles takes a tile, every warp holds the words whole or no
+    two warps hold the same word (each warp then decides on its own loads); the tile it refuses,
+    (128, 64, 4) at window 1 (wrong states on the H100, session 38), splits them over two warps a
+    replica. Production's tile is among those taken."""
+    import json
+
+    from scankit.triton import common
+
+    taken = [(list(common.LOOKBACK["tile"]), common.LOOKBACK["window"]), ([256, 32, 8], 1), ([128, 32, 4], 4),
+             ([128, 64, 4], 2)]
+    refused = [([128, 64, 4], 1)]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", LAYOUT_PROBE, json.dumps(taken + refused)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    loads = json.loads(done.stdout.splitlines()[-1])
+
+    def split_replicas(load):
+        warp = [s * t for s, t in zip(load["sizePerThread"], load["threadsPerWarp"])]
+        block = [w * n for w, n in zip(warp, load["warpsPerCTA"])]
+        whole_in_a_warp = all(n <= w for n, w in zip(load["shape"], warp))
+        no_replicas = all(n >= b for n, b in zip(load["shape"], block))
+        return not (whole_in_a_warp or no_replicas)
+
+    for tile, window in taken + refused:
+        mine = [x for x in loads if (x["tile"], x["window"]) == (tile, window)]
+        assert {x["kernel"] for x in mine} == {"_fwd_lookback_kernel", "_bwd_lookback_kernel"}, (tile, window, loads)
+        assert all(split_replicas(x) == ((tile, window) in refused) for x in mine), mine
