@@ -154,7 +154,7 @@ def in_thread_walk(device: torch.device, B: int, D: int, pass_: str, *tensors) -
     (torch.compile) too."""
     block_d = IN_THREAD["tile"][1]
     per_sm = IN_THREAD["programs_per_sm"][pass_]
-    if any(x is not None and x.element_size() < 4 for x in tensors[:1]):
+    if tensors and tensors[0] is not None and tensors[0].element_size() < 4:
         per_sm *= IN_THREAD["two_byte"][pass_]
     if not on_gpu(device) or D % ALIGN or D < block_d or B * cdiv(D, block_d) < target_programs(device, per_sm=per_sm):
         return False
