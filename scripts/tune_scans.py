@@ -571,11 +571,14 @@ FEW_CELLS = [((16, 2048, 512), torch.bfloat16), ((1, 65536, 1024), torch.bfloat1
 # paths ({knob table in common: updates}): production; the forward's walk left to more programs
 # (the backward's 1.25 per SM), so these cells take the look-back tiles; then those tiles at twice
 # the bytes a program (2-byte dtypes read half of fp32's per tile; not 64 columns over 4 warps:
-# common.lookback_tiles refuses it)
+# common.lookback_tiles refuses it), and rows of 128 columns (512 contiguous bytes of fp32 a row,
+# a warp's 32 columns each: no replicas)
 _TILES_FEW = {"programs_per_sm": {"fwd": 1.25, "bwd": 1.25}}
 FEW_PATHS = {"main": {}, "tiles": {"IN_THREAD": _TILES_FEW},
              "tiles+lb256x32w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 4))},
-             "tiles+lb256x32w8": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 8))}}
+             "tiles+lb256x32w8": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 8))},
+             "tiles+lb64x128w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(64, 128, 4))},
+             "tiles+lb32x128w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(32, 128, 4))}}
 
 
 def few_sweep(budget, log):

@@ -122,7 +122,7 @@ def test_look_back_status_words_are_never_split_over_warps_as_replicas():
     from scankit.triton import common
 
     taken = [(list(common.LOOKBACK["tile"]), common.LOOKBACK["window"]), ([256, 32, 8], 1), ([128, 32, 4], 4),
-             ([128, 64, 4], 2)]
+             ([128, 64, 4], 2), ([64, 128, 4], 1)]
     refused = [([128, 64, 4], 1)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", LAYOUT_PROBE, json.dumps(taken + refused)], cwd=ROOT, env=env,

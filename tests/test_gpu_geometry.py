@@ -231,7 +231,8 @@ def test_look_back_tiles_keep_each_warps_status_words_whole(monkeypatch):
 
     gpu = torch.device("cuda", 0)
     monkeypatch.setattr(common, "on_gpu", lambda device: True)
-    for tile, window in [((128, 32, 4), 1), ((256, 32, 8), 1), ((64, 32, 2), 1), ((128, 32, 4), 4), ((128, 64, 4), 2)]:
+    for tile, window in [((128, 32, 4), 1), ((256, 32, 8), 1), ((64, 32, 2), 1), ((128, 32, 4), 4), ((128, 64, 4), 2),
+                         ((64, 128, 4), 1)]:
         monkeypatch.setitem(common.LOOKBACK, "tile", tile)
         monkeypatch.setitem(common.LOOKBACK, "window", window)
         assert common.lookback_tiles(gpu) == tile
