@@ -105,8 +105,10 @@ for tile, window in json.loads(sys.argv[1]):
     for name, ir in sorted(irs.items()):
         layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{(.*?)\}>", ir, re.M))
         for shape, layout in re.findall(r"isVolatile = true\} : tensor<(\d+x\d+)x!tt\.ptr<i64>, (#\w+)>", ir):
-            fields = {k: [int(v) for v in vs.split(",")] for k, vs in re.findall(r"(\w+) = \[([\d, ]+)\]", layouts[layout])}
-            found.append(dict(tile=tile, window=window, kernel=name, shape=[int(s) for s in shape.split("x")], **fields))
+            fields = {k: [int(v) for v in vs.split(",")]
+                      for k, vs in re.findall(r"(\w+) = \[([\d, ]+)\]", layouts[layout])}
+            found.append(dict(tile=tile, window=window, kernel=name, shape=[int(s) for s in shape.split("x")],
+                              **fields))
 print(json.dumps(found))
 """
 

@@ -110,7 +110,8 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
 
     def device_us(op, dims, direction, reference, key, dtype):
         a = torch.empty(dims, device="meta", dtype=dtype)
-        seen.append((elementwise._geometry(a, False, "fwd", a, a, a)[:4], common.use_lookback(2), common.lookback_tiles(a.device)))
+        seen.append((elementwise._geometry(a, False, "fwd", a, a, a)[:4], common.use_lookback(2),
+                     common.lookback_tiles(a.device)))
         return 1.0, None
 
     monkeypatch.setattr(tune_scans, "_device_us", device_us)
