@@ -128,7 +128,7 @@ def _pretend_gpu(monkeypatch, sms):
 
 @pytest.mark.parametrize("B,T,d,k,chunks", [
     (1, 65536, 1024, 8, (100, None)),  # a B = 1 prefill (vlong): 128 lanes, chunked
-    (1, 65536, 1024, 16, (100, None)), # k = 16: 64 lanes
+    (1, 65536, 1024, 16, (100, None)),  # k = 16: 64 lanes
     (1, 65536, 1024, 2, (100, None)),  # RotationMinGRU's 2x2 blocks: 512 lanes
     (32, 4096, 1024, 8, (4, 16)),      # large: the lanes fill a quarter of the device, a few chunks
     (32, 4096, 1024, 2, (4, 16)),
