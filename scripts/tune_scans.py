@@ -563,35 +563,44 @@ def roofline_sweep(budget, log):
 
 # Issue 16's cells where programs are few (session 37's --roofline, H100: bf16 (16, 2048, 512)
 # fwd at 28% of copy, walking 64 one-warp programs; B = 1 fwd 72% fp32 / 46% bf16 on the
-# look-back; (8, 7777, 1024) fp32 55%; D = 64 at T = 65536 51%): linear_scan_state (dims, dtype),
-# the most telling first (a run cut by its budget has compared all paths on those).
-FEW_CELLS = [((16, 2048, 512), torch.bfloat16), ((1, 65536, 1024), torch.bfloat16), ((8, 4096, 1024), torch.bfloat16),
-             ((1, 65536, 1024), torch.float32), ((2, 65536, 64), torch.float32), ((8, 7777, 1024), torch.float32),
-             ((16, 4096, 1024), torch.bfloat16), ((16, 2048, 512), torch.float32)]
-# paths ({knob table in common: updates}): production; the forward's walk left to more programs
-# (the backward's 1.25 per SM), so these cells take the look-back tiles; then those tiles at twice
-# the bytes a program (2-byte dtypes read half of fp32's per tile; not 64 columns over 4 warps:
-# common.lookback_tiles refuses it), and rows of 128 columns (512 contiguous bytes of fp32 a row,
-# a warp's 32 columns each: no replicas)
+# look-back; (8, 7777, 1024) fp32 55%; D = 64 at T = 65536 51%). The paths ({knob table in
+# common: updates}): production; the forward's walk left to more programs (the backward's 1.25
+# per SM), so these cells take the look-back tiles; those tiles at rows of 128 columns (512
+# contiguous bytes of fp32 a row, a warp's 32 columns each: no replicas, unlike 64 columns over 4
+# warps, which common.lookback_tiles refuses); a 2-byte dtype's backward walking only from twice
+# its programs, as its forward does (IN_THREAD["two_byte"])
 _TILES_FEW = {"programs_per_sm": {"fwd": 1.25, "bwd": 1.25}}
 FEW_PATHS = {"main": {}, "tiles": {"IN_THREAD": _TILES_FEW},
-             "tiles+lb256x32w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 4))},
-             "tiles+lb256x32w8": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(256, 32, 8))},
              "tiles+lb64x128w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(64, 128, 4))},
-             "tiles+lb32x128w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(32, 128, 4))}}
+             "tiles+lb32x128w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(32, 128, 4))},
+             "bwd2.5": {"IN_THREAD": {"two_byte": {"fwd": 2.0, "bwd": 2.0}}}}
+# linear_scan_state cells where programs are few, each with the paths that question it
+_CROSSOVER = ("main", "tiles", "tiles+lb64x128w4")
+FEW_CELLS = [
+    # fp32 at 64, 96 and 128 programs: the walk against the look-back tiles (session 38's H100
+    # preferred the tiles at 64 programs, session 16's H200 the walk)
+    *(((B, T, 1024), torch.float32, _CROSSOVER) for T in (4096, 7777) for B in (8, 12, 16)),
+    # bf16 at 64 programs: production takes the tiles since 0035524
+    *((dims, torch.bfloat16, ("main", "tiles+lb64x128w4")) for dims in ((16, 2048, 512), (8, 4096, 1024))),
+    # bf16 backward at 192-384 programs: walking from 1.25 programs per SM or from 2.5
+    *(((B, 4096, 1024), torch.bfloat16, ("main", "bwd2.5")) for B in (24, 32, 48)),
+    # B = 1: the look-back at every tile, 32 or 128 columns wide
+    *(((1, 65536, 1024), dtype, ("main", "tiles+lb64x128w4", "tiles+lb32x128w4"))
+      for dtype in (torch.float32, torch.bfloat16)),
+]
 
 
 def few_sweep(budget, log):
-    """Issue 16's few-program cells (``FEW_CELLS``), each on every path of ``FEW_PATHS`` in turn,
+    """Issue 16's few-program cells (``FEW_CELLS``), each on its paths (``FEW_PATHS``) in turn,
     fwd and fwd+bwd, device time and % of copy, checked against the cell's production result."""
     copy = None
     reference = {}
-    for (dims, dtype), direction in itertools.product(FEW_CELLS, grid.DIRECTIONS):
-        for path, updates in FEW_PATHS.items():
+    for (dims, dtype, paths), direction in itertools.product(FEW_CELLS, grid.DIRECTIONS):
+        for path in paths:
             if time.time() - START > budget:
                 return
             with knobs(common.IN_THREAD, common.LOOKBACK):
-                for table, upd in updates.items():
+                for table, upd in FEW_PATHS[path].items():
                     getattr(common, table).update(upd)
                 copy = copy or measure.copy_bandwidth()
                 us, err = _device_us("linear_scan_state", dims, direction, reference, (dims, dtype, direction), dtype)

@@ -98,35 +98,44 @@ def test_the_widths_sweep_starts_each_width_at_production(monkeypatch):
 
 
 def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch):
-    """The few-program sweep's paths: production walks fp32 (16, 2048, 512) forward on the GPU;
-    the "tiles" paths take it to the look-back tiles they set; the knobs are restored after."""
+    """The few-program sweep's paths: production walks the fp32 forward at (8, 4096, 1024) (64
+    programs) on the GPU and the "tiles" paths take it to the look-back tiles they set; production
+    walks the bf16 backward at (24, 4096, 1024) (192 programs) and "bwd2.5" takes it off the walk;
+    every cell runs on its own paths, both directions, and the knobs are restored after."""
     import torch
     from scankit.triton import elementwise
 
     monkeypatch.setattr(common, "on_gpu", lambda device: True)
     monkeypatch.setattr(common, "_sm_count", lambda index: 132)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    seen, before = [], (dict(common.IN_THREAD), dict(common.LOOKBACK))
+    before, rows, seen = (dict(common.IN_THREAD), dict(common.LOOKBACK)), [], []
 
     def device_us(op, dims, direction, reference, key, dtype):
         a = torch.empty(dims, device="meta", dtype=dtype)
-        seen.append((elementwise._geometry(a, False, "fwd", a, a, a)[:4], common.use_lookback(2),
+        seen.append(({p: elementwise._geometry(a, False, p, a, a, a)[:4] for p in ("fwd", "bwd")},
                      common.lookback_tiles(a.device)))
         return 1.0, None
 
     monkeypatch.setattr(tune_scans, "_device_us", device_us)
     monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
     monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
-    rows = []
     tune_scans.few_sweep(1e9, rows.append)
     assert (dict(common.IN_THREAD), dict(common.LOOKBACK)) == before
-    assert len(rows) == len(seen) == len(tune_scans.FEW_CELLS) * 2 * len(tune_scans.FEW_PATHS)
-    paths = len(tune_scans.FEW_PATHS)
-    first = tune_scans.FEW_CELLS.index(((16, 2048, 512), torch.float32)) * 2 * paths  # its fwd, on each path
-    walking = common.IN_THREAD["tile"] + (common.IN_THREAD["stages"]["fwd"],)
-    assert seen[first][0] == walking  # production walks it
-    assert [r["path"] for r in rows[first:first + paths]] == list(tune_scans.FEW_PATHS)
-    for j, (path, updates) in enumerate(tune_scans.FEW_PATHS.items()):
-        if j:
-            geometry, _, tile = seen[first + j]
-            assert geometry != walking and tile == updates.get("LOOKBACK", {}).get("tile", before[1]["tile"]), path
+    assert len(rows) == len(seen) == 2 * sum(len(paths) for _, _, paths in tune_scans.FEW_CELLS)
+    assert all(path in tune_scans.FEW_PATHS for _, _, paths in tune_scans.FEW_CELLS for path in paths)
+    walking = {p: common.IN_THREAD["tile"] + (common.IN_THREAD["stages"][p],) for p in ("fwd", "bwd")}
+
+    def cell(dims, dtype, direction):
+        return {r["path"]: s for r, s in zip(rows, seen)
+                if (tuple(r["dims"]), r["dtype"], r["direction"]) == (dims, dtype, direction)}
+
+    fp32 = cell((8, 4096, 1024), "float32", "fwd")
+    assert list(fp32) == list(tune_scans._CROSSOVER) and fp32["main"][0]["fwd"] == walking["fwd"]
+    for path in list(fp32)[1:]:
+        (passes, tile), want = fp32[path], tune_scans.FEW_PATHS[path].get("LOOKBACK", {}).get("tile", before[1]["tile"])
+        assert passes["fwd"] != walking["fwd"] and tile == want, path
+
+    bf16 = cell((24, 4096, 1024), "bfloat16", "fwdbwd")
+    assert list(bf16) == ["main", "bwd2.5"]
+    assert bf16["main"][0]["bwd"] == walking["bwd"] and bf16["bwd2.5"][0]["bwd"] != walking["bwd"]
+    assert bf16["main"][0]["fwd"] == bf16["bwd2.5"][0]["fwd"] == walking["fwd"]  # 192 programs: both walk forward
