@@ -568,12 +568,18 @@ def roofline_sweep(budget, log):
 # per SM), so these cells take the look-back tiles; those tiles at rows of 128 columns (512
 # contiguous bytes of fp32 a row, a warp's 32 columns each: no replicas, unlike 64 columns over 4
 # warps, which common.lookback_tiles refuses); a 2-byte dtype's backward walking only from twice
-# its programs, as its forward does (IN_THREAD["two_byte"])
+# its programs, as its forward does (IN_THREAD["two_byte"]); at B = 1 the look-back's tile on two
+# warps, or reading 4 predecessors a step; or no look-back: a walk of one warp down narrow column
+# strips (32 or 16 contiguous bytes a row: 128 or 256 programs at D = 1024), one chunk, the T-scan
+# across lanes (accelerated-scan's layout walks one channel a program)
 _TILES_FEW = {"programs_per_sm": {"fwd": 1.25, "bwd": 1.25}}
 FEW_PATHS = {"main": {}, "tiles": {"IN_THREAD": _TILES_FEW},
              "tiles+lb64x128w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(64, 128, 4))},
              "tiles+lb32x128w4": {"IN_THREAD": _TILES_FEW, "LOOKBACK": dict(tile=(32, 128, 4))},
-             "bwd2.5": {"IN_THREAD": {"two_byte": {"fwd": 2.0, "bwd": 2.0}}}}
+             "bwd2.5": {"IN_THREAD": {"two_byte": {"fwd": 2.0, "bwd": 2.0}}},
+             "lb128x32w2": {"LOOKBACK": dict(tile=(128, 32, 2))}, "lb-window4": {"LOOKBACK": dict(window=4)},
+             **{f"walk{t}x{d}w1": {"LOOKBACK": dict(linear="off"), "ELEMENTWISE_TILES": dict(linear=(t, d, 1)),
+                                   "CHUNKING": dict(min_tiles=1 << 30)} for t, d in ((256, 8), (512, 4), (256, 16))}}
 # linear_scan_state cells where programs are few, each with the paths that question it
 _CROSSOVER = ("main", "tiles", "tiles+lb64x128w4")
 FEW_CELLS = [
@@ -584,8 +590,9 @@ FEW_CELLS = [
     *((dims, torch.bfloat16, ("main", "tiles+lb64x128w4")) for dims in ((16, 2048, 512), (8, 4096, 1024))),
     # bf16 backward at 192-384 programs: walking from 1.25 programs per SM or from 2.5
     *(((B, 4096, 1024), torch.bfloat16, ("main", "bwd2.5")) for B in (24, 32, 48)),
-    # B = 1: the look-back at every tile, 32 or 128 columns wide
-    *(((1, 65536, 1024), dtype, ("main", "tiles+lb64x128w4", "tiles+lb32x128w4"))
+    # B = 1: the look-back at every tile, 32 or 128 columns wide, or a walk down narrow strips
+    *(((1, 65536, 1024), dtype, ("main", "tiles+lb64x128w4", "tiles+lb32x128w4", "lb128x32w2", "lb-window4",
+                                 "walk256x8w1", "walk512x4w1", "walk256x16w1"))
       for dtype in (torch.float32, torch.bfloat16)),
 ]
 
@@ -599,7 +606,7 @@ def few_sweep(budget, log):
         for path in paths:
             if time.time() - START > budget:
                 return
-            with knobs(common.IN_THREAD, common.LOOKBACK):
+            with knobs(common.IN_THREAD, common.LOOKBACK, common.ELEMENTWISE_TILES, common.CHUNKING):
                 for table, upd in FEW_PATHS[path].items():
                     getattr(common, table).update(upd)
                 copy = copy or measure.copy_bandwidth()

@@ -108,11 +108,12 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     monkeypatch.setattr(common, "on_gpu", lambda device: True)
     monkeypatch.setattr(common, "_sm_count", lambda index: 132)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    before, rows, seen = (dict(common.IN_THREAD), dict(common.LOOKBACK)), [], []
+    tables = common.IN_THREAD, common.LOOKBACK, common.ELEMENTWISE_TILES, common.CHUNKING
+    before, rows, seen = [dict(t) for t in tables], [], []
 
     def device_us(op, dims, direction, reference, key, dtype):
         a = torch.empty(dims, device="meta", dtype=dtype)
-        seen.append(({p: elementwise._geometry(a, False, p, a, a, a)[:4] for p in ("fwd", "bwd")},
+        seen.append(({p: elementwise._geometry(a, False, p, a, a, a) for p in ("fwd", "bwd")},
                      common.lookback_tiles(a.device)))
         return 1.0, None
 
@@ -120,22 +121,27 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
     monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
     tune_scans.few_sweep(1e9, rows.append)
-    assert (dict(common.IN_THREAD), dict(common.LOOKBACK)) == before
+    assert [dict(t) for t in tables] == before
     assert len(rows) == len(seen) == 2 * sum(len(paths) for _, _, paths in tune_scans.FEW_CELLS)
     assert all(path in tune_scans.FEW_PATHS for _, _, paths in tune_scans.FEW_CELLS for path in paths)
-    walking = {p: common.IN_THREAD["tile"] + (common.IN_THREAD["stages"][p],) for p in ("fwd", "bwd")}
+    walking = common.IN_THREAD["tile"]  # (BLOCK_T, BLOCK_D, warps) of the in-thread walk
 
-    def cell(dims, dtype, direction):
+    def cell(dims, dtype, direction):  # {path: ({pass: geometry}, look-back tile)}
         return {r["path"]: s for r, s in zip(rows, seen)
                 if (tuple(r["dims"]), r["dtype"], r["direction"]) == (dims, dtype, direction)}
 
     fp32 = cell((8, 4096, 1024), "float32", "fwd")
-    assert list(fp32) == list(tune_scans._CROSSOVER) and fp32["main"][0]["fwd"] == walking["fwd"]
+    assert list(fp32) == list(tune_scans._CROSSOVER) and fp32["main"][0]["fwd"][:3] == walking
     for path in list(fp32)[1:]:
         (passes, tile), want = fp32[path], tune_scans.FEW_PATHS[path].get("LOOKBACK", {}).get("tile", before[1]["tile"])
-        assert passes["fwd"] != walking["fwd"] and tile == want, path
+        assert passes["fwd"][:3] != walking and tile == want, path
 
     bf16 = cell((24, 4096, 1024), "bfloat16", "fwdbwd")
     assert list(bf16) == ["main", "bwd2.5"]
-    assert bf16["main"][0]["bwd"] == walking["bwd"] and bf16["bwd2.5"][0]["bwd"] != walking["bwd"]
-    assert bf16["main"][0]["fwd"] == bf16["bwd2.5"][0]["fwd"] == walking["fwd"]  # 192 programs: both walk forward
+    assert bf16["main"][0]["bwd"][:3] == walking and bf16["bwd2.5"][0]["bwd"][:3] != walking
+    assert bf16["main"][0]["fwd"][:3] == bf16["bwd2.5"][0]["fwd"][:3] == walking  # 192 programs: both walk forward
+
+    b1 = cell((1, 65536, 1024), "float32", "fwd")  # 8 programs of the in-thread tile: the look-back's chunks
+    assert b1["main"][0]["fwd"][4] > 1 and b1["main"][1] == before[1]["tile"]
+    narrow = b1["walk256x8w1"][0]["fwd"]
+    assert narrow[:3] == (256, 8, 1) and narrow[4] == 1  # one chunk: no look-back
