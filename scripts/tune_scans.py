@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections rotation widths gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline few pipelining lanes] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections rotation widths gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline few unaligned pipelining lanes] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -597,23 +597,45 @@ FEW_CELLS = [
 ]
 
 
-def few_sweep(budget, log):
-    """Issue 16's few-program cells (``FEW_CELLS``), each on its paths (``FEW_PATHS``) in turn,
-    fwd and fwd+bwd, device time and % of copy, checked against the cell's production result."""
+# Rows that cannot take 16-byte loads (D = 1000, 3000: no multiple of 16): the (64, 32, 4) tiles
+# walk, their backward software-pipelined in 4-byte cp.async copies (3 stages: 64 KB of shared
+# memory, 3 programs an SM; the forward runs unpipelined plain loads). H100, session 39's A/B:
+# (32, 4096, 1000) fwd 757 us (69% of copy) but fwd+bwd 4344 us. The paths: production; the
+# backward unpipelined (None: as the forward), or at 2 stages; the forward at 3 stages
+UNALIGNED_PATHS = {"main": {}, **{f"bwd-stages{n}": {"ELEMENTWISE_STAGES": {("linear", "bwd"): n}} for n in (None, 2)},
+                   "fwd-stages3": {"ELEMENTWISE_STAGES": {("linear", "fwd"): 3}}}
+UNALIGNED_CELLS = [(dims, torch.float32, tuple(UNALIGNED_PATHS)) for dims in ((32, 4096, 1000), (8, 7777, 3000))]
+
+
+def _paths_sweep(section, cells, paths, budget, log):
+    """Cells (dims, dtype, the paths they take), each on its paths (knob updates: {table in
+    common: updates}) in turn, fwd and fwd+bwd: linear_scan_state's device time and % of copy,
+    checked against the cell's production result."""
     copy = None
     reference = {}
-    for (dims, dtype, paths), direction in itertools.product(FEW_CELLS, grid.DIRECTIONS):
-        for path in paths:
+    for (dims, dtype, names), direction in itertools.product(cells, grid.DIRECTIONS):
+        for path in names:
             if time.time() - START > budget:
                 return
-            with knobs(common.IN_THREAD, common.LOOKBACK, common.ELEMENTWISE_TILES, common.CHUNKING):
-                for table, upd in FEW_PATHS[path].items():
+            with knobs(common.IN_THREAD, common.LOOKBACK, common.ELEMENTWISE_TILES, common.CHUNKING,
+                       common.ELEMENTWISE_STAGES):
+                for table, upd in paths[path].items():
                     getattr(common, table).update(upd)
                 copy = copy or measure.copy_bandwidth()
                 us, err = _device_us("linear_scan_state", dims, direction, reference, (dims, dtype, direction), dtype)
             moved = _state_bytes("linear_scan_state", dims, direction, dtype)
-            log(dict(section="few", path=path, dims=dims, dtype=str(dtype)[6:], direction=direction, us=us,
+            log(dict(section=section, path=path, dims=dims, dtype=str(dtype)[6:], direction=direction, us=us,
                      pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
+
+
+def few_sweep(budget, log):
+    """Issue 16's few-program cells (``FEW_CELLS``) on their paths (``FEW_PATHS``)."""
+    _paths_sweep("few", FEW_CELLS, FEW_PATHS, budget, log)
+
+
+def unaligned_sweep(budget, log):
+    """Issue 16's cells whose rows take no 16-byte loads (``UNALIGNED_CELLS``, ``UNALIGNED_PATHS``)."""
+    _paths_sweep("unaligned", UNALIGNED_CELLS, UNALIGNED_PATHS, budget, log)
 
 
 GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (4, 16384, 1024), (8, 512, 256), (32, 4096, 1024)]
@@ -694,7 +716,7 @@ def _gated_cells(budget, log, section, dims_list, paths, unfused):
 
 
 SECTIONS = dict(rotation=rotation_sweep, widths=widths_sweep, gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
-                elementwise=elementwise_sweep, roofline=roofline_sweep, few=few_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
+                elementwise=elementwise_sweep, roofline=roofline_sweep, few=few_sweep, unaligned=unaligned_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
 
 
 def main():

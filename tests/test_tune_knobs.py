@@ -29,6 +29,7 @@ def test_an_exhausted_budget_leaves_the_knobs_as_they_were(monkeypatch):
     tune_scans.lanes_sweep(1.0, print)
     tune_scans.widths_sweep(1.0, print)
     tune_scans.few_sweep(1.0, print)
+    tune_scans.unaligned_sweep(1.0, print)
     assert (common.PROGRAMS_PER_SM, common.ELEMENTWISE_STAGES, affine.TUNING) == before
     assert affine.LANE_BLOCKS == lanes and common.IN_THREAD == in_thread and common.LOOKBACK == lookback
 
@@ -145,3 +146,30 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     assert b1["main"][0]["fwd"][4] > 1 and b1["main"][1] == before[1]["tile"]
     narrow = b1["walk256x8w1"][0]["fwd"]
     assert narrow[:3] == (256, 8, 1) and narrow[4] == 1  # one chunk: no look-back
+
+
+def test_the_unaligned_sweep_sets_the_backwards_pipelining_of_the_tiles_walk(monkeypatch):
+    """Rows of D = 1000 take the (64, 32, 4) tiles' walk (one chunk); the unaligned sweep's paths
+    reach its stages (production's backward 3, "bwd-stagesNone" unpipelined), and are undone."""
+    import torch
+    from scankit.triton import elementwise
+
+    monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    before, rows, seen = dict(common.ELEMENTWISE_STAGES), [], []
+
+    def device_us(op, dims, direction, reference, key, dtype):
+        a = torch.empty(dims, device="meta", dtype=dtype)
+        seen.append({p: elementwise._geometry(a, False, p, a, a, a) for p in ("fwd", "bwd")})
+        return 1.0, None
+
+    monkeypatch.setattr(tune_scans, "_device_us", device_us)
+    monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
+    monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
+    tune_scans.unaligned_sweep(1e9, rows.append)
+    assert dict(common.ELEMENTWISE_STAGES) == before and len(rows) == 2 * 2 * len(tune_scans.UNALIGNED_PATHS)
+    mine = {r["path"]: g for r, g in zip(rows, seen) if (tuple(r["dims"]), r["direction"]) == ((32, 4096, 1000), "fwdbwd")}
+    assert all(g["bwd"][:3] == g["fwd"][:3] == (64, 32, 4) and g["bwd"][4] == 1 for g in mine.values())
+    assert mine["main"]["bwd"][3] == before[("linear", "bwd")] and mine["bwd-stagesNone"]["bwd"][3] is None
+    assert mine["bwd-stages2"]["bwd"][3] == 2 and mine["fwd-stages3"]["fwd"][3] == 3
