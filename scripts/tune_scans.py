@@ -563,7 +563,7 @@ def roofline_sweep(budget, log):
 
 # Issue 16's cells where programs are few (session 37's --roofline, H100: bf16 (16, 2048, 512)
 # fwd at 28% of copy, walking 64 one-warp programs; B = 1 fwd 72% fp32 / 46% bf16 on the
-# look-back; (8, 7777, 1024) fp32 55%; D = 64 at T = 65536 51%). The paths ({knob table in
+# look-back; (8, 7777, 1024) fp32 55%; measured in session 39: NOTES.md). The paths ({knob table in
 # common: updates}): production; the forward's walk left to more programs (the backward's 1.25
 # per SM), so these cells take the look-back tiles; those tiles at rows of 128 columns (512
 # contiguous bytes of fp32 a row, a warp's 32 columns each: no replicas, unlike 64 columns over 4

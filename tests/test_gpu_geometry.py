@@ -242,6 +242,5 @@ def test_look_back_tiles_keep_each_warps_status_words_whole(monkeypatch):
         monkeypatch.setitem(common.LOOKBACK, "window", window)
         with pytest.raises(ValueError, match=r"common.LOOKBACK: tile .* expected at most 32"):
             common.lookback_tiles(gpu)
-        monkeypatch.setattr(common, "on_gpu", lambda device: False)
-        assert common.lookback_tiles(torch.device("cpu")) == common.tiles(torch.device("cpu"))
-        monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    monkeypatch.setattr(common, "on_gpu", lambda device: False)  # a refused tile: the CPU keeps its own
+    assert common.lookback_tiles(torch.device("cpu")) == common.tiles(torch.device("cpu"))

@@ -137,21 +137,22 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 # bytes of an fp32 one in flight. H100, tune_scans --sections few (session 38): bf16 forwards
 # of 64 programs walked at 28% of copy ((16, 2048, 512): 120 us) where the look-back tiles take
 # 68 us (1.77x; (8, 4096, 1024) 1.85x, fwd+bwd 1.34-1.38x); at 128 programs ((16, 4096, 1024))
-# the walk still wins (tiles 0.95x). The backward's aim stays (no measurement says otherwise).
+# the walk still wins (tiles 0.95x). The backward's aim stays: doubled (session 39), bf16
+# fwd+bwd at (B, 4096, 1024) went 1.04x faster at B = 24 and 1.12x slower at B = 32.
 IN_THREAD = Knobs({"tile": (16, 128, 1), "stages": Knobs({"fwd": 4, "bwd": 3}),
-                  "programs_per_sm": Knobs({"fwd": 0.45, "bwd": 1.25}), "two_byte": Knobs({"fwd": 2.0, "bwd": 1.0}),
-                  "gates": False})
+                  "programs_per_sm": Knobs({"fwd": 0.45, "bwd": 1.25}),
+                  "two_byte": Knobs({"fwd": 2.0, "bwd": 1.0}), "gates": False})
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
 def in_thread_walk(device: torch.device, B: int, D: int, pass_: str, *tensors) -> bool:
     """Whether a linear recurrence over (B, T, D) ``tensors`` (None skipped; the first is the
     input, whose dtype sets the aim) walks in the in-thread tiles (``IN_THREAD``): on the GPU,
-    with enough programs for the pass (twice as many in 2-byte dtypes where ``two_byte`` says), D at least one
-    tile wide (narrower, lanes would idle: those shapes keep their measured tiles), D and every
-    tensor's time and batch strides and storage offset multiples of ALIGN with unit D stride (else
-    the loads and the column mask cannot be 16 bytes wide). Shapes and strides only: fake tensors
-    (torch.compile) too."""
+    with enough programs for the pass (in 2-byte dtypes ``two_byte`` times as many), D at least
+    one tile wide (narrower, lanes would idle: those shapes keep their measured tiles), D and
+    every tensor's time and batch strides and storage offset multiples of ALIGN with unit D
+    stride (else the loads and the column mask cannot be 16 bytes wide). Shapes and strides
+    only: fake tensors (torch.compile) too."""
     block_d = IN_THREAD["tile"][1]
     per_sm = IN_THREAD["programs_per_sm"][pass_]
     if tensors and tensors[0] is not None and tensors[0].element_size() < 4:
