@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU experiments for the kernels' launch knobs, peers, scaling and host overhead.
 
-    python scripts/tune_scans.py [--sections rotation widths gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline few unaligned pipelining lanes] [--out DIR] [--budget S]
+    python scripts/tune_scans.py [--sections rotation widths gated gated_lookback lookback swing timing matrix2 chunking affine elementwise peers scaling host roofline few unaligned rows pipelining lanes] [--out DIR] [--budget S]
 
 Each section prints a table as it goes and writes json under --out; a section stops when
 the time budget (seconds, whole run) is spent. The knobs swept are the module-level ones
@@ -580,18 +580,19 @@ FEW_PATHS = {"main": {}, "tiles": {"IN_THREAD": _TILES_FEW},
              "lb128x32w2": {"LOOKBACK": dict(tile=(128, 32, 2))}, "lb-window4": {"LOOKBACK": dict(window=4)},
              **{f"walk{t}x{d}w1": {"LOOKBACK": dict(linear="off"), "ELEMENTWISE_TILES": dict(linear=(t, d, 1)),
                                    "CHUNKING": dict(min_tiles=1 << 30)} for t, d in ((256, 8), (512, 4), (256, 16))}}
+STATE = "linear_scan_state"
 # linear_scan_state cells where programs are few, each with the paths that question it
 _CROSSOVER = ("main", "tiles", "tiles+lb64x128w4")
 FEW_CELLS = [
     # fp32 at 64, 96 and 128 programs: the walk against the look-back tiles (session 38's H100
     # preferred the tiles at 64 programs, session 16's H200 the walk)
-    *(((B, T, 1024), torch.float32, _CROSSOVER) for T in (4096, 7777) for B in (8, 12, 16)),
+    *((STATE, (B, T, 1024), torch.float32, _CROSSOVER) for T in (4096, 7777) for B in (8, 12, 16)),
     # bf16 at 64 programs: production takes the tiles since 0035524
-    *((dims, torch.bfloat16, ("main", "tiles+lb64x128w4")) for dims in ((16, 2048, 512), (8, 4096, 1024))),
+    *((STATE, dims, torch.bfloat16, ("main", "tiles+lb64x128w4")) for dims in ((16, 2048, 512), (8, 4096, 1024))),
     # bf16 backward at 192-384 programs: walking from 1.25 programs per SM or from 2.5
-    *(((B, 4096, 1024), torch.bfloat16, ("main", "bwd2.5")) for B in (24, 32, 48)),
+    *((STATE, (B, 4096, 1024), torch.bfloat16, ("main", "bwd2.5")) for B in (24, 32, 48)),
     # B = 1: the look-back at every tile, 32 or 128 columns wide, or a walk down narrow strips
-    *(((1, 65536, 1024), dtype, ("main", "tiles+lb64x128w4", "tiles+lb32x128w4", "lb128x32w2", "lb-window4",
+    *((STATE, (1, 65536, 1024), dtype, ("main", "tiles+lb64x128w4", "tiles+lb32x128w4", "lb128x32w2", "lb-window4",
                                  "walk256x8w1", "walk512x4w1", "walk256x16w1"))
       for dtype in (torch.float32, torch.bfloat16)),
 ]
@@ -601,19 +602,34 @@ FEW_CELLS = [
 # walk, their backward software-pipelined in 4-byte cp.async copies (3 stages: 64 KB of shared
 # memory, 3 programs an SM; the forward runs unpipelined plain loads). H100, session 39's A/B:
 # (32, 4096, 1000) fwd 757 us (69% of copy) but fwd+bwd 4344 us. The paths: production; the
-# backward unpipelined (None: as the forward), or at 2 stages; the forward at 3 stages
+# backward unpipelined (None: as the forward), or at 2 stages; the forward at 3 stages; the log
+# op's tiles (3 stages both passes) unpipelined or at 2; and, at D = 1024 as a control, the
+# state's tiles where it would walk ("tiles": no pass walks), their backward at 3 stages or none
+_NO_WALK = {"IN_THREAD": {"programs_per_sm": {"fwd": 1e9, "bwd": 1e9}}}
 UNALIGNED_PATHS = {"main": {}, **{f"bwd-stages{n}": {"ELEMENTWISE_STAGES": {("linear", "bwd"): n}} for n in (None, 2)},
-                   "fwd-stages3": {"ELEMENTWISE_STAGES": {("linear", "fwd"): 3}}}
-UNALIGNED_CELLS = [(dims, torch.float32, tuple(UNALIGNED_PATHS)) for dims in ((32, 4096, 1000), (8, 7777, 3000))]
+                   "fwd-stages3": {"ELEMENTWISE_STAGES": {("linear", "fwd"): 3}},
+                   **{f"log-stages{n}": {"ELEMENTWISE_STAGES": {("log", "fwd"): n, ("log", "bwd"): n}} for n in (None, 2)},
+                   "tiles": _NO_WALK,
+                   "tiles+bwd-stagesNone": {**_NO_WALK, "ELEMENTWISE_STAGES": {("linear", "bwd"): None}}}
+_STATE_UNALIGNED = ("main", "bwd-stagesNone", "bwd-stages2", "fwd-stages3")
+UNALIGNED_CELLS = [*((STATE, dims, torch.float32, _STATE_UNALIGNED) for dims in ((32, 4096, 1000), (8, 7777, 3000))),
+                   ("parallel_scan_log", (32, 4096, 1000), torch.float32, ("main", "log-stagesNone", "log-stages2")),
+                   (STATE, (32, 4096, 1024), torch.float32, ("main", "tiles", "tiles+bwd-stagesNone"))]
+
+# The walk's time a row at 64 and 96 programs (fp32, D = 1024) over T: session 39's H100 walked
+# (8, 7777, 1024) at 59 ns a row against 38.5 at T = 4096, same tile. Row count or address
+# pattern (T = 4097 and 8192 tell them apart); the look-back tiles ("tiles") beside each
+ROWS_CELLS = [(STATE, (B, T, 1024), torch.float32, ("main", "tiles")) for B in (8, 12)
+              for T in (4096, 4097, 6144, 7777, 8192)]
 
 
-def _paths_sweep(section, cells, paths, budget, log):
-    """Cells (dims, dtype, the paths they take), each on its paths (knob updates: {table in
-    common: updates}) in turn, fwd and fwd+bwd: linear_scan_state's device time and % of copy,
-    checked against the cell's production result."""
+def _paths_sweep(section, cells, paths, budget, log, directions=grid.DIRECTIONS):
+    """Cells (op, dims, dtype, the paths they take), each on its paths (knob updates: {table in
+    common: updates}) in turn, per direction: the op's device time and % of copy, checked
+    against the cell's production result (its first path's)."""
     copy = None
     reference = {}
-    for (dims, dtype, names), direction in itertools.product(cells, grid.DIRECTIONS):
+    for (op, dims, dtype, names), direction in itertools.product(cells, directions):
         for path in names:
             if time.time() - START > budget:
                 return
@@ -622,9 +638,9 @@ def _paths_sweep(section, cells, paths, budget, log):
                 for table, upd in paths[path].items():
                     getattr(common, table).update(upd)
                 copy = copy or measure.copy_bandwidth()
-                us, err = _device_us("linear_scan_state", dims, direction, reference, (dims, dtype, direction), dtype)
-            moved = _state_bytes("linear_scan_state", dims, direction, dtype)
-            log(dict(section=section, path=path, dims=dims, dtype=str(dtype)[6:], direction=direction, us=us,
+                us, err = _device_us(op, dims, direction, reference, (op, dims, dtype, direction), dtype)
+            moved = _state_bytes(op, dims, direction, dtype)
+            log(dict(section=section, op=op, path=path, dims=dims, dtype=str(dtype)[6:], direction=direction, us=us,
                      pct_copy=100 * moved / us / 1e-6 / copy, rel_err=err))
 
 
@@ -636,6 +652,11 @@ def few_sweep(budget, log):
 def unaligned_sweep(budget, log):
     """Issue 16's cells whose rows take no 16-byte loads (``UNALIGNED_CELLS``, ``UNALIGNED_PATHS``)."""
     _paths_sweep("unaligned", UNALIGNED_CELLS, UNALIGNED_PATHS, budget, log)
+
+
+def rows_sweep(budget, log):
+    """Issue 16: the fp32 walk's forward over T at 64 and 96 programs (``ROWS_CELLS``)."""
+    _paths_sweep("rows", ROWS_CELLS, FEW_PATHS, budget, log, directions=("fwd",))
 
 
 GATED_DIMS = [(16, 2048, 512), (64, 256, 512), (4, 16384, 1024), (8, 512, 256), (32, 4096, 1024)]
@@ -716,7 +737,7 @@ def _gated_cells(budget, log, section, dims_list, paths, unfused):
 
 
 SECTIONS = dict(rotation=rotation_sweep, widths=widths_sweep, gated=gated_sweep, gated_lookback=gated_lookback_sweep, lookback=lookback_sweep, swing=swing, timing=timing_ab, matrix2=matrix2_sweep, chunking=chunking_sweep, host=host_profile, peers=peer_sweep, affine=affine_sweep, scaling=scaling_sweep,
-                elementwise=elementwise_sweep, roofline=roofline_sweep, few=few_sweep, unaligned=unaligned_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
+                elementwise=elementwise_sweep, roofline=roofline_sweep, few=few_sweep, unaligned=unaligned_sweep, rows=rows_sweep, pipelining=pipelining_sweep, lanes=lanes_sweep)
 
 
 def main():

@@ -123,8 +123,8 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
     tune_scans.few_sweep(1e9, rows.append)
     assert [dict(t) for t in tables] == before
-    assert len(rows) == len(seen) == 2 * sum(len(paths) for _, _, paths in tune_scans.FEW_CELLS)
-    assert all(path in tune_scans.FEW_PATHS for _, _, paths in tune_scans.FEW_CELLS for path in paths)
+    assert len(rows) == len(seen) == 2 * sum(len(paths) for *_, paths in tune_scans.FEW_CELLS)
+    assert all(path in tune_scans.FEW_PATHS for *_, paths in tune_scans.FEW_CELLS for path in paths)
     walking = common.IN_THREAD["tile"]  # (BLOCK_T, BLOCK_D, warps) of the in-thread walk
 
     def cell(dims, dtype, direction):  # {path: ({pass: geometry}, look-back tile)}
@@ -148,9 +148,10 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     assert narrow[:3] == (256, 8, 1) and narrow[4] == 1  # one chunk: no look-back
 
 
-def test_the_unaligned_sweep_sets_the_backwards_pipelining_of_the_tiles_walk(monkeypatch):
+def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles_walk(monkeypatch):
     """Rows of D = 1000 take the (64, 32, 4) tiles' walk (one chunk); the unaligned sweep's paths
-    reach its stages (production's backward 3, "bwd-stagesNone" unpipelined), and are undone."""
+    reach its stages (production's backward 3, "bwd-stagesNone" unpipelined), the log op's, and at
+    D = 1024 take the state off the in-thread walk ("tiles"); all undone after."""
     import torch
     from scankit.triton import elementwise
 
@@ -161,15 +162,53 @@ def test_the_unaligned_sweep_sets_the_backwards_pipelining_of_the_tiles_walk(mon
 
     def device_us(op, dims, direction, reference, key, dtype):
         a = torch.empty(dims, device="meta", dtype=dtype)
-        seen.append({p: elementwise._geometry(a, False, p, a, a, a) for p in ("fwd", "bwd")})
+        log = op == "parallel_scan_log"
+        seen.append({p: elementwise._geometry(a, log, p, a, a, a) for p in ("fwd", "bwd")})
         return 1.0, None
 
     monkeypatch.setattr(tune_scans, "_device_us", device_us)
     monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
     monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
     tune_scans.unaligned_sweep(1e9, rows.append)
-    assert dict(common.ELEMENTWISE_STAGES) == before and len(rows) == 2 * 2 * len(tune_scans.UNALIGNED_PATHS)
-    mine = {r["path"]: g for r, g in zip(rows, seen) if (tuple(r["dims"]), r["direction"]) == ((32, 4096, 1000), "fwdbwd")}
+    assert dict(common.ELEMENTWISE_STAGES) == before
+    assert len(rows) == 2 * sum(len(paths) for *_, paths in tune_scans.UNALIGNED_CELLS)
+
+    def cell(op, dims):
+        return {r["path"]: g for r, g in zip(rows, seen)
+                if (r["op"], tuple(r["dims"]), r["direction"]) == (op, dims, "fwdbwd")}
+
+    mine = cell("linear_scan_state", (32, 4096, 1000))
     assert all(g["bwd"][:3] == g["fwd"][:3] == (64, 32, 4) and g["bwd"][4] == 1 for g in mine.values())
     assert mine["main"]["bwd"][3] == before[("linear", "bwd")] and mine["bwd-stagesNone"]["bwd"][3] is None
     assert mine["bwd-stages2"]["bwd"][3] == 2 and mine["fwd-stages3"]["fwd"][3] == 3
+    logs = cell("parallel_scan_log", (32, 4096, 1000))
+    assert logs["main"]["bwd"][3] == before[("log", "bwd")] and logs["log-stagesNone"]["fwd"][3] is None
+    assert logs["log-stages2"]["bwd"][3] == 2
+    control = cell("linear_scan_state", (32, 4096, 1024))
+    walking = common.IN_THREAD["tile"]
+    assert control["main"]["bwd"][:3] == walking and control["tiles"]["bwd"][:3] == (64, 32, 4)
+    assert control["tiles"]["bwd"][3] == before[("linear", "bwd")] and control["tiles+bwd-stagesNone"]["bwd"][3] is None
+
+
+def test_the_rows_sweep_measures_forwards_walking_and_on_the_tiles(monkeypatch):
+    """The rows sweep: forwards only; at 64 programs production walks and "tiles" does not."""
+    import torch
+    from scankit.triton import elementwise
+
+    monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    rows, seen = [], []
+
+    def device_us(op, dims, direction, reference, key, dtype):
+        a = torch.empty(dims, device="meta", dtype=dtype)
+        seen.append(elementwise._geometry(a, False, "fwd", a, a, a))
+        return 1.0, None
+
+    monkeypatch.setattr(tune_scans, "_device_us", device_us)
+    monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
+    monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
+    tune_scans.rows_sweep(1e9, rows.append)
+    assert len(rows) == 2 * len(tune_scans.ROWS_CELLS) and {r["direction"] for r in rows} == {"fwd"}
+    at = {(tuple(r["dims"]), r["path"]): g for r, g in zip(rows, seen)}
+    assert at[(8, 7777, 1024), "main"][:3] == common.IN_THREAD["tile"] != at[(8, 7777, 1024), "tiles"][:3]
