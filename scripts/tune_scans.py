@@ -598,23 +598,21 @@ FEW_CELLS = [
 ]
 
 
-# Rows that cannot take 16-byte loads (D = 1000, 3000: no multiple of 16): the (64, 32, 4) tiles
-# walk, their backward software-pipelined in 4-byte cp.async copies (3 stages: 64 KB of shared
-# memory, 3 programs an SM; the forward runs unpipelined plain loads). H100, session 39's A/B:
-# (32, 4096, 1000) fwd 757 us (69% of copy) but fwd+bwd 4344 us. The paths: production; the
-# backward unpipelined (None: as the forward), or at 2 stages; the forward at 3 stages; the log
-# op's tiles (3 stages both passes) unpipelined or at 2; and, at D = 1024 as a control, the
-# state's tiles where it would walk ("tiles": no pass walks), their backward at 3 stages or none
+# Rows that cannot take 16-byte loads (D = 1000, 3000: no multiple of 16) beside rows that can
+# (D = 1024). Unaligned rows' tiles run unpipelined since session 40 (``common.stages``): their
+# pipelined copies were 4-byte cp.async (H100, this section then: the state's fwd+bwd at (32,
+# 4096, 1000) 4350 us at 3 stages, 4300 at 2, 1823 unpipelined; the log op's 8251 against 2237;
+# the forward at 3 stages 3.3x slower; NOTES.md). The paths, at D = 1024: the state's tiles where
+# it would walk ("tiles": no pass walks), their backward at 3 stages or none; the log op's tiles
+# (3 stages both passes) unpipelined
 _NO_WALK = {"IN_THREAD": {"programs_per_sm": {"fwd": 1e9, "bwd": 1e9}}}
-UNALIGNED_PATHS = {"main": {}, **{f"bwd-stages{n}": {"ELEMENTWISE_STAGES": {("linear", "bwd"): n}} for n in (None, 2)},
-                   "fwd-stages3": {"ELEMENTWISE_STAGES": {("linear", "fwd"): 3}},
-                   **{f"log-stages{n}": {"ELEMENTWISE_STAGES": {("log", "fwd"): n, ("log", "bwd"): n}} for n in (None, 2)},
-                   "tiles": _NO_WALK,
-                   "tiles+bwd-stagesNone": {**_NO_WALK, "ELEMENTWISE_STAGES": {("linear", "bwd"): None}}}
-_STATE_UNALIGNED = ("main", "bwd-stagesNone", "bwd-stages2", "fwd-stages3")
-UNALIGNED_CELLS = [*((STATE, dims, torch.float32, _STATE_UNALIGNED) for dims in ((32, 4096, 1000), (8, 7777, 3000))),
-                   ("parallel_scan_log", (32, 4096, 1000), torch.float32, ("main", "log-stagesNone", "log-stages2")),
-                   (STATE, (32, 4096, 1024), torch.float32, ("main", "tiles", "tiles+bwd-stagesNone"))]
+UNALIGNED_PATHS = {"main": {}, "tiles": _NO_WALK,
+                   "tiles+bwd-stagesNone": {**_NO_WALK, "ELEMENTWISE_STAGES": {("linear", "bwd"): None}},
+                   "log-stagesNone": {"ELEMENTWISE_STAGES": {("log", "fwd"): None, ("log", "bwd"): None}}}
+UNALIGNED_CELLS = [*((op, dims, torch.float32, ("main",)) for op in (STATE, "parallel_scan_log")
+                     for dims in ((32, 4096, 1000), (8, 7777, 3000))),
+                   (STATE, (32, 4096, 1024), torch.float32, ("main", "tiles", "tiles+bwd-stagesNone")),
+                   ("parallel_scan_log", (32, 4096, 1024), torch.float32, ("main", "log-stagesNone"))]
 
 # The walk's time a row at 64 and 96 programs (fp32, D = 1024) over T: session 39's H100 walked
 # (8, 7777, 1024) at 59 ns a row against 38.5 at T = 4096, same tile. Row count or address

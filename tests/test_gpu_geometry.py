@@ -3,6 +3,8 @@ window, walking or look-back by program count), on a pretend 4-SM GPU: through t
 on the CPU, on the real device on a GPU. The in-thread walking tiles (``common.IN_THREAD``: one
 warp, 128 columns, the T-scan in one thread) and the look-back tiles against the float64 loop,
 forward and gradients, with h0, reversed and packed, on odd T and partly masked column tiles."""
+import itertools
+
 import pytest
 import torch
 
@@ -222,6 +224,32 @@ def test_walking_needs_aligned_rows_and_enough_programs():
         assert common.in_thread_walk(gpu, 8, 1024, "fwd", x, half)                  # the input's dtype decides
     finally:
         common.on_gpu, common._sm_count = saved
+
+
+def test_tiles_pipeline_only_rows_that_take_16_byte_loads(monkeypatch):
+    """The tiles' pipelining (``common.ELEMENTWISE_STAGES``) where every row is 16-byte aligned;
+    elsewhere (D, a stride or an offset no multiple of 16) unpipelined: its copies would be
+    4-byte cp.async (H100, session 40: 2.4x the state's fwd+bwd at D = 1000), the log op too."""
+    from scankit.triton import common, elementwise
+
+    monkeypatch.setattr(common, "on_gpu", lambda device: True)
+    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    wide = torch.empty(4, 4096, 1040, device="meta")  # 4 x 32 columns: too few programs to walk
+
+    def geometry(x, log, pass_, *more):  # the tiles' (BLOCK_T, BLOCK_D, warps) and stages
+        g = elementwise._geometry(x, log, pass_, x, *more)
+        return g[:3], g[3]
+
+    for log, pass_ in itertools.product((False, True), ("fwd", "bwd")):
+        kind = "log" if log else "linear"
+        pipelined = (common.ELEMENTWISE_TILES[kind], common.ELEMENTWISE_STAGES[kind, pass_])
+        assert geometry(wide[..., :1024], log, pass_) == pipelined
+        assert geometry(wide[..., 16:1024], log, pass_) == pipelined                         # offset 16
+        assert geometry(wide[..., :1000], log, pass_) == (pipelined[0], None)               # D no multiple of 16
+        assert geometry(wide[..., 16:1024], log, pass_, wide[..., 8:1016])[1] is None       # one tensor at offset 8
+        assert geometry(torch.empty(4, 4096, 1048, device="meta")[..., :1024], log, pass_)[1] is None  # rows 1048 apart
+    assert any(common.ELEMENTWISE_STAGES.values())  # (else the rule above would check nothing)
 
 
 def test_look_back_tiles_keep_each_warps_status_words_whole(monkeypatch):

@@ -148,10 +148,10 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
     assert narrow[:3] == (256, 8, 1) and narrow[4] == 1  # one chunk: no look-back
 
 
-def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles_walk(monkeypatch):
-    """Rows of D = 1000 take the (64, 32, 4) tiles' walk (one chunk); the unaligned sweep's paths
-    reach its stages (production's backward 3, "bwd-stagesNone" unpipelined), the log op's, and at
-    D = 1024 take the state off the in-thread walk ("tiles"); all undone after."""
+def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles(monkeypatch):
+    """Rows of D = 1000 take the (64, 32, 4) tiles (one chunk), unpipelined (``common.stages``);
+    at D = 1024 the sweep's paths take the state off the in-thread walk ("tiles"), set its
+    backward's stages and the log op's; all undone after."""
     import torch
     from scankit.triton import elementwise
 
@@ -162,8 +162,7 @@ def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles_walk(monkeypatch):
 
     def device_us(op, dims, direction, reference, key, dtype):
         a = torch.empty(dims, device="meta", dtype=dtype)
-        log = op == "parallel_scan_log"
-        seen.append({p: elementwise._geometry(a, log, p, a, a, a) for p in ("fwd", "bwd")})
+        seen.append({p: elementwise._geometry(a, op == "parallel_scan_log", p, a, a, a) for p in ("fwd", "bwd")})
         return 1.0, None
 
     monkeypatch.setattr(tune_scans, "_device_us", device_us)
@@ -177,17 +176,14 @@ def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles_walk(monkeypatch):
         return {r["path"]: g for r, g in zip(rows, seen)
                 if (r["op"], tuple(r["dims"]), r["direction"]) == (op, dims, "fwdbwd")}
 
-    mine = cell("linear_scan_state", (32, 4096, 1000))
-    assert all(g["bwd"][:3] == g["fwd"][:3] == (64, 32, 4) and g["bwd"][4] == 1 for g in mine.values())
-    assert mine["main"]["bwd"][3] == before[("linear", "bwd")] and mine["bwd-stagesNone"]["bwd"][3] is None
-    assert mine["bwd-stages2"]["bwd"][3] == 2 and mine["fwd-stages3"]["fwd"][3] == 3
-    logs = cell("parallel_scan_log", (32, 4096, 1000))
-    assert logs["main"]["bwd"][3] == before[("log", "bwd")] and logs["log-stagesNone"]["fwd"][3] is None
-    assert logs["log-stages2"]["bwd"][3] == 2
+    for op, tile in (("linear_scan_state", (64, 32, 4)), ("parallel_scan_log", common.ELEMENTWISE_TILES["log"])):
+        g = cell(op, (32, 4096, 1000))["main"]
+        assert g["fwd"][:3] == g["bwd"][:3] == tile and g["fwd"][3] is g["bwd"][3] is None and g["bwd"][4] == 1
     control = cell("linear_scan_state", (32, 4096, 1024))
-    walking = common.IN_THREAD["tile"]
-    assert control["main"]["bwd"][:3] == walking and control["tiles"]["bwd"][:3] == (64, 32, 4)
+    assert control["main"]["bwd"][:3] == common.IN_THREAD["tile"] and control["tiles"]["bwd"][:3] == (64, 32, 4)
     assert control["tiles"]["bwd"][3] == before[("linear", "bwd")] and control["tiles+bwd-stagesNone"]["bwd"][3] is None
+    logs = cell("parallel_scan_log", (32, 4096, 1024))
+    assert logs["main"]["bwd"][3] == before[("log", "bwd")] and logs["log-stagesNone"]["fwd"][3] is None
 
 
 def test_the_rows_sweep_measures_forwards_walking_and_on_the_tiles(monkeypatch):

@@ -99,14 +99,30 @@ CHUNKING = Knobs({"min_tiles": 0, "programs_per_sm": 16})
 # (BLOCK_T, BLOCK_D, num_warps) of the elementwise kernels on the GPU, from the H200
 # sweeps (scripts/tune_scans.py, NOTES.md): the log kernel's exps favour shorter tiles.
 ELEMENTWISE_TILES = Knobs({"linear": (64, 32, 4), "log": (32, 32, 4)})
-# software-pipelining depth of their tile loop per (kind, pass) (None: Triton's default);
-# the H200 sweep (run 7) favoured 3 stages for the log kernel and for both backwards
+# software-pipelining depth of their tile loop per (kind, pass) (None: Triton's default) where
+# the rows take 16-byte loads (``rows_aligned``); the H200 sweep (run 7) favoured 3 stages for
+# the log kernel and for both backwards. Elsewhere unpipelined: the pipeline's copies are then
+# 4-byte cp.async, one a column (H100, tune_scans --sections unaligned, session 40: at (32, 4096,
+# 1000) fp32 the state's fwd+bwd 4350 -> 1823 us unpipelined, 2 stages 4300; the log op's fwd
+# 2451 -> 731, fwd+bwd 8251 -> 2237; (8, 7777, 3000) state fwd+bwd 6124 -> 2677; while at
+# D = 1024 the same tiles' backward gained from its 3 stages: fwd+bwd 1617 against 1703)
 ELEMENTWISE_STAGES = Knobs({("linear", "fwd"): None, ("linear", "bwd"): 3, ("log", "fwd"): 3, ("log", "bwd"): 3})
+ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
-def stages(log: bool, pass_: str):
-    """Pipelining depth of the elementwise tile loop for the log or linear kernel's fwd / bwd pass."""
-    return ELEMENTWISE_STAGES["log" if log else "linear", pass_]
+def rows_aligned(D: int, *tensors) -> bool:
+    """Whether the rows of (B, T, D) ``tensors`` (None skipped) can take 16-byte loads: D and
+    every tensor's time and batch strides and storage offset multiples of ALIGN, unit D stride
+    (else Triton cannot prove the loads' and the column mask's 16 bytes). Shapes and strides
+    only: fake tensors (torch.compile) too."""
+    return D % ALIGN == 0 and all(x.stride(2) == 1 and x.stride(0) % ALIGN == 0 and x.stride(1) % ALIGN == 0
+                                  and x.storage_offset() % ALIGN == 0 for x in tensors if x is not None)
+
+
+def stages(log: bool, pass_: str, D: int, *tensors):
+    """Pipelining depth of the elementwise tile loop for the log or linear kernel's fwd / bwd pass
+    over ``tensors`` (``ELEMENTWISE_STAGES`` where their rows are aligned, else None)."""
+    return ELEMENTWISE_STAGES["log" if log else "linear", pass_] if rows_aligned(D, *tensors) else None
 
 
 def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
@@ -142,25 +158,21 @@ def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:
 IN_THREAD = Knobs({"tile": (16, 128, 1), "stages": Knobs({"fwd": 4, "bwd": 3}),
                   "programs_per_sm": Knobs({"fwd": 0.45, "bwd": 1.25}),
                   "two_byte": Knobs({"fwd": 2.0, "bwd": 1.0}), "gates": False})
-ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
 def in_thread_walk(device: torch.device, B: int, D: int, pass_: str, *tensors) -> bool:
     """Whether a linear recurrence over (B, T, D) ``tensors`` (None skipped; the first is the
     input, whose dtype sets the aim) walks in the in-thread tiles (``IN_THREAD``): on the GPU,
     with enough programs for the pass (in 2-byte dtypes ``two_byte`` times as many), D at least
-    one tile wide (narrower, lanes would idle: those shapes keep their measured tiles), D and
-    every tensor's time and batch strides and storage offset multiples of ALIGN with unit D
-    stride (else the loads and the column mask cannot be 16 bytes wide). Shapes and strides
-    only: fake tensors (torch.compile) too."""
+    one tile wide (narrower, lanes would idle: those shapes keep their measured tiles), and rows
+    that take 16-byte loads (``rows_aligned``)."""
     block_d = IN_THREAD["tile"][1]
     per_sm = IN_THREAD["programs_per_sm"][pass_]
     if tensors and tensors[0] is not None and tensors[0].element_size() < 4:
         per_sm *= IN_THREAD["two_byte"][pass_]
-    if not on_gpu(device) or D % ALIGN or D < block_d or B * cdiv(D, block_d) < target_programs(device, per_sm=per_sm):
+    if not on_gpu(device) or D < block_d or B * cdiv(D, block_d) < target_programs(device, per_sm=per_sm):
         return False
-    return all(x.stride(2) == 1 and x.stride(0) % ALIGN == 0 and x.stride(1) % ALIGN == 0
-               and x.storage_offset() % ALIGN == 0 for x in tensors if x is not None)
+    return rows_aligned(D, *tensors)
 
 
 def num_chunks(programs: int, T: int, min_chunk: int, device: torch.device, family: str = "elementwise",

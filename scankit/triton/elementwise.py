@@ -813,7 +813,8 @@ def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
     ``a`` in pass ``pass_`` ("fwd" / "bwd") over the tensors ``rows`` it reads and writes: the
     in-thread walking tiles where they apply (``common.in_thread_walk``; not the log op nor the
     gates: ``common.IN_THREAD``), else enough T-chunks of the family's tiles to
-    fill the device; chunks a whole number of tiles long."""
+    fill the device, pipelined only where the rows are aligned (``common.stages``); chunks a
+    whole number of tiles long."""
     B, T, D = a.shape
     if not log and (not gate or common.IN_THREAD["gates"]) and common.in_thread_walk(a.device, B, D, pass_, *rows):
         block_t, block_d, warps = common.IN_THREAD["tile"]
@@ -821,7 +822,7 @@ def _geometry(a, log: bool, pass_: str, *rows, gate: int = 0):
     block_t, block_d, warps = tiles(a.device, log)
     nc = num_chunks(B * cdiv(D, block_d), T, block_t, a.device)
     chunk = cdiv(cdiv(T, nc), block_t) * block_t
-    return block_t, block_d, warps, common.stages(log, pass_), cdiv(T, chunk), chunk
+    return block_t, block_d, warps, common.stages(log, pass_, D, *rows), cdiv(T, chunk), chunk
 
 
 def _forward(a, b, h0, log: bool, write_a: bool, reverse: bool = False, reset=None, gate: int = 0):
