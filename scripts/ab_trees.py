@@ -35,6 +35,11 @@ CELLS = [  # (op, (B, T, width[, k[, v]]), direction); matrix_affine_scan's k de
     ("linear_scan", (32, 4096, 1024), "fwd"), ("linear_scan", (128, 64, 64), "fwdbwd"),
     # D not a multiple of 16: the (64, 32, 4) tiles walk (no in-thread tile), one chunk
     ("linear_scan_state", (32, 4096, 1000), "fwd"), ("linear_scan_state", (32, 4096, 1000), "fwdbwd"),
+    ("linear_scan", (32, 4096, 1000), "fwd"),
+    # T no multiple of the tile's 16 rows: a partial last tile; 64 programs walk forward
+    ("linear_scan_state", (8, 4097, 1024), "fwd"), ("linear_scan_state", (8, 7777, 1024), "fwd"),
+    ("linear_scan_state", (8, 7777, 1024), "fwdbwd"), ("linear_scan_state", (8, 4096, 1024), "fwd"),
+    ("linear_scan", (32, 4097, 1024), "fwd"), ("linear_scan_state", (32, 4097, 1000), "fwdbwd"),
     ("matrix_scan", (32, 4096, 128), "fwd"), ("matrix_scan", (32, 4096, 128), "fwdbwd"),
     ("matrix_scan", (1, 65536, 128), "fwd"), ("matrix_scan", (1, 65536, 128), "fwdbwd"),
     ("matrix_scan", (16, 1024, 32), "fwdbwd"), ("matrix_scan", (128, 64, 32), "fwdbwd"),
