@@ -585,7 +585,8 @@ STATE = "linear_scan_state"
 _CROSSOVER = ("main", "tiles", "tiles+lb64x128w4")
 FEW_CELLS = [
     # fp32 at 64, 96 and 128 programs: the walk against the look-back tiles (session 38's H100
-    # preferred the tiles at 64 programs, session 16's H200 the walk)
+    # preferred the tiles at 64 programs, session 16's H200 the walk; at T = 7777 the walk paid a
+    # row mask a tile until session 40)
     *((STATE, (B, T, 1024), torch.float32, _CROSSOVER) for T in (4096, 7777) for B in (8, 12, 16)),
     # bf16 at 64 programs: production takes the tiles since 0035524
     *((STATE, dims, torch.bfloat16, ("main", "tiles+lb64x128w4")) for dims in ((16, 2048, 512), (8, 4096, 1024))),
@@ -614,9 +615,10 @@ UNALIGNED_CELLS = [*((op, dims, torch.float32, ("main",)) for op in (STATE, "par
                    (STATE, (32, 4096, 1024), torch.float32, ("main", "tiles", "tiles+bwd-stagesNone")),
                    ("parallel_scan_log", (32, 4096, 1024), torch.float32, ("main", "log-stagesNone"))]
 
-# The walk's time a row at 64 and 96 programs (fp32, D = 1024) over T: session 39's H100 walked
-# (8, 7777, 1024) at 59 ns a row against 38.5 at T = 4096, same tile. Row count or address
-# pattern (T = 4097 and 8192 tell them apart); the look-back tiles ("tiles") beside each
+# The walk's forward at 64 and 96 programs (fp32, D = 1024) over T, the look-back tiles ("tiles")
+# beside each. Session 39's H100 walked (8, 7777, 1024) at 59 ns a row against 38.5 at T = 4096;
+# this section (session 40) found T = 4097 as slow: T no multiple of the tile's 16 rows, whose
+# row mask the forward then paid on every tile (``elementwise._fwd_tile`` peels it since)
 ROWS_CELLS = [(STATE, (B, T, 1024), torch.float32, ("main", "tiles")) for B in (8, 12)
               for T in (4096, 4097, 6144, 7777, 8192)]
 
@@ -648,7 +650,8 @@ def few_sweep(budget, log):
 
 
 def unaligned_sweep(budget, log):
-    """Issue 16's cells whose rows take no 16-byte loads (``UNALIGNED_CELLS``, ``UNALIGNED_PATHS``)."""
+    """Issue 16's cells whose rows take no 16-byte loads beside D = 1024 controls
+    (``UNALIGNED_CELLS``, ``UNALIGNED_PATHS``)."""
     _paths_sweep("unaligned", UNALIGNED_CELLS, UNALIGNED_PATHS, budget, log)
 
 

@@ -98,30 +98,39 @@ def test_the_widths_sweep_starts_each_width_at_production(monkeypatch):
         assert len(mine) > cells
 
 
-def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch):
-    """The few-program sweep's paths: production walks the fp32 forward at (8, 4096, 1024) (64
-    programs) on the GPU and the "tiles" paths take it to the look-back tiles they set; production
-    walks the bf16 backward at (24, 4096, 1024) (192 programs) and "bwd2.5" takes it off the walk;
-    every cell runs on its own paths, both directions, and the knobs are restored after."""
+def _pretend_h100_sweep(monkeypatch, sweep, probe):
+    """``sweep`` (a ``tune_scans._paths_sweep`` section) under the GPU's launch rules on 132 SMs,
+    with no GPU: each cell's measurement is ``probe(op, a meta input of the cell)``. Returns the
+    rows it logged and the probes' results, in order."""
     import torch
-    from scankit.triton import elementwise
 
     monkeypatch.setattr(common, "on_gpu", lambda device: True)
     monkeypatch.setattr(common, "_sm_count", lambda index: 132)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    tables = common.IN_THREAD, common.LOOKBACK, common.ELEMENTWISE_TILES, common.CHUNKING
-    before, rows, seen = [dict(t) for t in tables], [], []
+    rows, seen = [], []
 
     def device_us(op, dims, direction, reference, key, dtype):
-        a = torch.empty(dims, device="meta", dtype=dtype)
-        seen.append(({p: elementwise._geometry(a, False, p, a, a, a) for p in ("fwd", "bwd")},
-                     common.lookback_tiles(a.device)))
+        seen.append(probe(op, torch.empty(dims, device="meta", dtype=dtype)))
         return 1.0, None
 
     monkeypatch.setattr(tune_scans, "_device_us", device_us)
     monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
     monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
-    tune_scans.few_sweep(1e9, rows.append)
+    sweep(1e9, rows.append)
+    return rows, seen
+
+
+def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch):
+    """The few-program sweep's paths: production walks the fp32 forward at (8, 4096, 1024) (64
+    programs) on the GPU and the "tiles" paths take it to the look-back tiles they set; production
+    walks the bf16 backward at (24, 4096, 1024) (192 programs) and "bwd2.5" takes it off the walk;
+    every cell runs on its own paths, both directions, and the knobs are restored after."""
+    from scankit.triton import elementwise
+
+    tables = common.IN_THREAD, common.LOOKBACK, common.ELEMENTWISE_TILES, common.CHUNKING
+    before = [dict(t) for t in tables]
+    rows, seen = _pretend_h100_sweep(monkeypatch, tune_scans.few_sweep, lambda op, a: (
+        {p: elementwise._geometry(a, False, p, a, a, a) for p in ("fwd", "bwd")}, common.lookback_tiles(a.device)))
     assert [dict(t) for t in tables] == before
     assert len(rows) == len(seen) == 2 * sum(len(paths) for *_, paths in tune_scans.FEW_CELLS)
     assert all(path in tune_scans.FEW_PATHS for *_, paths in tune_scans.FEW_CELLS for path in paths)
@@ -152,23 +161,11 @@ def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles(monkeypatch):
     """Rows of D = 1000 take the (64, 32, 4) tiles (one chunk), unpipelined (``common.stages``);
     at D = 1024 the sweep's paths take the state off the in-thread walk ("tiles"), set its
     backward's stages and the log op's; all undone after."""
-    import torch
     from scankit.triton import elementwise
 
-    monkeypatch.setattr(common, "on_gpu", lambda device: True)
-    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    before, rows, seen = dict(common.ELEMENTWISE_STAGES), [], []
-
-    def device_us(op, dims, direction, reference, key, dtype):
-        a = torch.empty(dims, device="meta", dtype=dtype)
-        seen.append({p: elementwise._geometry(a, op == "parallel_scan_log", p, a, a, a) for p in ("fwd", "bwd")})
-        return 1.0, None
-
-    monkeypatch.setattr(tune_scans, "_device_us", device_us)
-    monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
-    monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
-    tune_scans.unaligned_sweep(1e9, rows.append)
+    before = dict(common.ELEMENTWISE_STAGES)
+    rows, seen = _pretend_h100_sweep(monkeypatch, tune_scans.unaligned_sweep, lambda op, a: {
+        p: elementwise._geometry(a, op == "parallel_scan_log", p, a, a, a) for p in ("fwd", "bwd")})
     assert dict(common.ELEMENTWISE_STAGES) == before
     assert len(rows) == 2 * sum(len(paths) for *_, paths in tune_scans.UNALIGNED_CELLS)
 
@@ -188,23 +185,10 @@ def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles(monkeypatch):
 
 def test_the_rows_sweep_measures_forwards_walking_and_on_the_tiles(monkeypatch):
     """The rows sweep: forwards only; at 64 programs production walks and "tiles" does not."""
-    import torch
     from scankit.triton import elementwise
 
-    monkeypatch.setattr(common, "on_gpu", lambda device: True)
-    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    rows, seen = [], []
-
-    def device_us(op, dims, direction, reference, key, dtype):
-        a = torch.empty(dims, device="meta", dtype=dtype)
-        seen.append(elementwise._geometry(a, False, "fwd", a, a, a))
-        return 1.0, None
-
-    monkeypatch.setattr(tune_scans, "_device_us", device_us)
-    monkeypatch.setattr(tune_scans.measure, "copy_bandwidth", lambda: 1e12)
-    monkeypatch.setattr(tune_scans, "START", tune_scans.time.time())
-    tune_scans.rows_sweep(1e9, rows.append)
+    rows, seen = _pretend_h100_sweep(monkeypatch, tune_scans.rows_sweep,
+                                     lambda op, a: elementwise._geometry(a, False, "fwd", a, a, a))
     assert len(rows) == 2 * len(tune_scans.ROWS_CELLS) and {r["direction"] for r in rows} == {"fwd"}
     at = {(tuple(r["dims"]), r["path"]): g for r, g in zip(rows, seen)}
     assert at[(8, 7777, 1024), "main"][:3] == common.IN_THREAD["tile"] != at[(8, 7777, 1024), "tiles"][:3]
