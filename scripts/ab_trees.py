@@ -40,6 +40,11 @@ CELLS = [  # (op, (B, T, width[, k[, v]]), direction); matrix_affine_scan's k de
     ("linear_scan_state", (8, 4097, 1024), "fwd"), ("linear_scan_state", (8, 7777, 1024), "fwd"),
     ("linear_scan_state", (8, 7777, 1024), "fwdbwd"), ("linear_scan_state", (8, 4096, 1024), "fwd"),
     ("linear_scan", (32, 4097, 1024), "fwd"), ("linear_scan_state", (32, 4097, 1000), "fwdbwd"),
+    # rows of 16 bytes whose D is no multiple of 16 (D = 1000, 3000 in fp32: 4-byte loads unless
+    # the kernels are told); the log op's tiles and the look-back at B = 1 there too
+    ("linear_scan_state", (8, 7777, 3000), "fwd"), ("linear_scan_state", (8, 7777, 3000), "fwdbwd"),
+    ("parallel_scan_log", (32, 4096, 1000), "fwd"), ("parallel_scan_log", (32, 4096, 1000), "fwdbwd"),
+    ("linear_scan_state", (1, 65536, 1000), "fwd"),
     ("matrix_scan", (32, 4096, 128), "fwd"), ("matrix_scan", (32, 4096, 128), "fwdbwd"),
     ("matrix_scan", (1, 65536, 128), "fwd"), ("matrix_scan", (1, 65536, 128), "fwdbwd"),
     ("matrix_scan", (16, 1024, 32), "fwdbwd"), ("matrix_scan", (128, 64, 32), "fwdbwd"),

@@ -54,12 +54,14 @@ def _loop(a, b, h0, reverse, cu):
 
 @pytest.mark.parametrize("T", [1, 13, 257])
 @pytest.mark.parametrize("form", ["prefix", "state", "state h0", "state h0 reverse"])
-def test_in_thread_walking_tiles_against_the_loop(form, T, seed, gpu_config):
+@pytest.mark.parametrize("D", [208, 200])
+def test_in_thread_walking_tiles_against_the_loop(D, form, T, seed, gpu_config):
     """B x D/128 = 6 programs: both passes walk in the in-thread tiles; D = 208 leaves the second
-    column tile 48 columns masked."""
+    column tile 48 columns masked; D = 200 (no multiple of 16, of 4: 16-byte rows in fp32) 56,
+    its D and strides written as multiples of 4 in the kernels (``VEC``)."""
     import scankit
 
-    B, D = 3, 208
+    B = 3
     a, b = OPS["linear_scan"].inputs(dict(B=B, T=T, D=D), device=DEVICE, seed=seed)
     a, b = a.requires_grad_(), b.requires_grad_()
     reverse = "reverse" in form
@@ -82,6 +84,7 @@ def test_in_thread_walking_tiles_against_the_loop(form, T, seed, gpu_config):
         torch.testing.assert_close(g.cpu().double(), r, atol=1e-4, rtol=1e-5)
     assert _walked(gpu_config, "_fwd_kernel") and _walked(gpu_config, "_bwd_kernel"), gpu_config
     assert not {k for k, _ in gpu_config} & {"_fwd_lookback_kernel", "_bwd_lookback_kernel"}, gpu_config
+    assert {m["VEC"] for _, m in gpu_config} == {1 if D % 16 == 0 else 4}, gpu_config
 
 
 @pytest.mark.parametrize("T", [1, 13, 257])
@@ -151,6 +154,7 @@ def test_two_byte_inputs_walk_in_thread(form, T, seed, gpu_config):
         torch.testing.assert_close(gr.cpu().double(), wr, atol=3e-2 * (wr.abs().max().item() + 1), rtol=3e-2)
     assert _walked(gpu_config, "_fwd_kernel") and _walked(gpu_config, "_bwd_kernel"), gpu_config
     assert not {k for k, _ in gpu_config} & {"_fwd_lookback_kernel", "_bwd_lookback_kernel"}, gpu_config
+    assert {m["VEC"] for _, m in gpu_config} == {1 if D % 16 == 0 else 4}, gpu_config
 
 
 def test_packed_sequences_walk_in_thread(seed, gpu_config):
@@ -173,10 +177,10 @@ def test_packed_sequences_walk_in_thread(seed, gpu_config):
     assert _walked(gpu_config, "_fwd_kernel") and _walked(gpu_config, "_bwd_kernel"), gpu_config
 
 
-@pytest.mark.parametrize("D", [64, 200])
+@pytest.mark.parametrize("D", [64, 202])
 def test_narrow_or_unaligned_calls_keep_the_look_back_tiles(D, seed, gpu_config):
-    """Too few programs (B = 1, D = 64: one) or rows that cannot take 16-byte loads (D = 200 is
-    no multiple of 16): the look-back kernels with the GPU's (128, 32, 4) tiles and window,
+    """Too few programs (B = 1, D = 64: one) or rows that cannot take 16-byte loads (D = 202: 808
+    bytes, no multiple of 16): the look-back kernels with the GPU's (128, 32, 4) tiles and window,
     T = 300 in 3 tiles, against the loop."""
     from scankit.triton import common
 
@@ -210,26 +214,36 @@ def test_walking_needs_aligned_rows_and_enough_programs():
         assert common.in_thread_walk(gpu, 8, 1024, "fwd", x) and not common.in_thread_walk(gpu, 8, 1024, "bwd", x)
         assert not common.in_thread_walk(gpu, 1, 1024, "fwd", x)                      # 8 programs: look-back
         assert not common.in_thread_walk(gpu, 128, 64, "fwd", x[..., :64])           # narrower than a tile
-        assert not common.in_thread_walk(gpu, 32, 1000, "fwd", x[:, :, :1000])        # D no multiple of 16
+        assert common.in_thread_walk(gpu, 32, 1000, "fwd", x[:, :, :1000])            # 4000-byte rows
+        assert not common.in_thread_walk(gpu, 32, 1002, "fwd", x[:, :, :1002])        # 4008-byte rows
         assert common.in_thread_walk(gpu, 32, 1008, "fwd", x[:, :, :1008])            # rows 1024 apart
-        odd = torch.empty(32, 4096, 1040 + 8, device="meta")[..., :1040]
-        assert not common.in_thread_walk(gpu, 32, 1040, "fwd", odd)                   # rows 1048 apart
+        odd = torch.empty(32, 4096, 1042, device="meta")[..., :1040]
+        assert not common.in_thread_walk(gpu, 32, 1040, "fwd", odd)                   # rows 1042 apart
+        assert common.in_thread_walk(gpu, 32, 1008, "fwd", x[:, :, 16:], x[:, :, 12:1020])  # offset 12: 48 bytes
         assert not common.in_thread_walk(gpu, 32, 1008, "fwd", x[:, :, 16:], x[:, :, 15:1023])  # offset 15
         assert not common.in_thread_walk(gpu, 32, 1024, "fwd", x.transpose(1, 2).contiguous().transpose(1, 2))
         half = torch.empty(32, 4096, 1024, device="meta", dtype=torch.bfloat16)
         assert not common.in_thread_walk(gpu, 8, 1024, "fwd", half)                 # bf16: twice the programs fwd
+        assert common.in_thread_walk(gpu, 32, 1000, "fwd", half[..., :1000])          # 2000-byte rows
+        assert not common.in_thread_walk(gpu, 32, 1004, "fwd", half[..., :1004])      # 2008-byte rows
+        assert not common.in_thread_walk(gpu, 32, 1000, "fwd", x[..., 4:1004], half[..., 4:1004])  # 8 bytes in bf16
         assert common.in_thread_walk(gpu, 16, 1024, "fwd", half)
         assert not common.in_thread_walk(gpu, 16, 1024, "bwd", half)
         assert common.in_thread_walk(gpu, 32, 1024, "bwd", half)                    # the backward's aim as fp32's
         assert common.in_thread_walk(gpu, 8, 1024, "fwd", x, half)                  # the input's dtype decides
+        # the kernels' VEC: 1 where Triton proves the 16 bytes itself, else 16 bytes' elements, else 0
+        assert [common.row_vector(1024, x), common.row_vector(1000, x[..., :1000]), common.row_vector(1000, half[..., :1000]),
+                common.row_vector(1000, x[..., :1000], half[..., :1000]), common.row_vector(1002, x[..., :1002]),
+                common.row_vector(1024, x.transpose(1, 2).contiguous().transpose(1, 2))] == [1, 4, 8, 8, 0, 0]
     finally:
         common.on_gpu, common._sm_count = saved
 
 
 def test_tiles_pipeline_only_rows_that_take_16_byte_loads(monkeypatch):
-    """The tiles' pipelining (``common.ELEMENTWISE_STAGES``) where every row is 16-byte aligned;
-    elsewhere (D, a stride or an offset no multiple of 16) unpipelined: its copies would be
-    4-byte cp.async (H100, session 40: 2.4x the state's fwd+bwd at D = 1000), the log op too."""
+    """The tiles' pipelining (``common.ELEMENTWISE_STAGES``) where every row takes 16-byte loads;
+    elsewhere (D, a stride or an offset no whole number of 16 bytes) unpipelined: its copies would
+    be 4-byte cp.async (H100, session 40: 2.4x the state's fwd+bwd at D = 1000, before such rows
+    took 16-byte loads), the log op too."""
     from scankit.triton import common, elementwise
 
     monkeypatch.setattr(common, "on_gpu", lambda device: True)
@@ -246,9 +260,10 @@ def test_tiles_pipeline_only_rows_that_take_16_byte_loads(monkeypatch):
         pipelined = (common.ELEMENTWISE_TILES[kind], common.ELEMENTWISE_STAGES[kind, pass_])
         assert geometry(wide[..., :1024], log, pass_) == pipelined
         assert geometry(wide[..., 16:1024], log, pass_) == pipelined                         # offset 16
-        assert geometry(wide[..., :1000], log, pass_) == (pipelined[0], None)               # D no multiple of 16
-        assert geometry(wide[..., 16:1024], log, pass_, wide[..., 8:1016])[1] is None       # one tensor at offset 8
-        assert geometry(torch.empty(4, 4096, 1048, device="meta")[..., :1024], log, pass_)[1] is None  # rows 1048 apart
+        assert geometry(wide[..., :1000], log, pass_) == pipelined                          # 4000-byte rows
+        assert geometry(wide[..., :1002], log, pass_) == (pipelined[0], None)               # 4008-byte rows
+        assert geometry(wide[..., 16:1024], log, pass_, wide[..., 6:1014])[1] is None       # one at 24 bytes
+        assert geometry(torch.empty(4, 4096, 1042, device="meta")[..., :1024], log, pass_)[1] is None  # rows 1042 apart
     assert any(common.ELEMENTWISE_STAGES.values())  # (else the rule above would check nothing)
 
 

@@ -110,13 +110,27 @@ ELEMENTWISE_STAGES = Knobs({("linear", "fwd"): None, ("linear", "bwd"): 3, ("log
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
-def rows_aligned(D: int, *tensors) -> bool:
-    """Whether the rows of (B, T, D) ``tensors`` (None skipped) can take 16-byte loads: D and
-    every tensor's time and batch strides and storage offset multiples of ALIGN, unit D stride
-    (else Triton cannot prove the loads' and the column mask's 16 bytes). Shapes and strides
+def row_vector(D: int, *tensors) -> int:
+    """How the elementwise kernels' rows over (B, T, D) ``tensors`` (None skipped) take 16-byte
+    loads: 1 where D and every tensor's time and batch strides and storage offset are multiples
+    of ALIGN (Triton proves the 16 bytes from its own specialization of those arguments); else
+    VEC, the elements of 16 bytes in the narrowest dtype, where all of them are multiples of it
+    (the kernels then write D and the strides as multiples of VEC: ``elementwise._rows``; D =
+    1000 in fp32); else 0 (no 16-byte loads; also without unit D stride). Shapes and strides
     only: fake tensors (torch.compile) too."""
-    return D % ALIGN == 0 and all(x.stride(2) == 1 and x.stride(0) % ALIGN == 0 and x.stride(1) % ALIGN == 0
-                                  and x.storage_offset() % ALIGN == 0 for x in tensors if x is not None)
+    tensors = [x for x in tensors if x is not None]
+    if any(x.stride(2) != 1 for x in tensors):
+        return 0
+    values = [D, *(v for x in tensors for v in (x.stride(0), x.stride(1), x.storage_offset()))]
+    if all(v % ALIGN == 0 for v in values):
+        return 1
+    vec = 16 // min((x.element_size() for x in tensors), default=4)
+    return vec if all(v % vec == 0 for v in values) else 0
+
+
+def rows_aligned(D: int, *tensors) -> bool:
+    """Whether the rows of (B, T, D) ``tensors`` take 16-byte loads (``row_vector``)."""
+    return row_vector(D, *tensors) > 0
 
 
 def stages(log: bool, pass_: str, D: int, *tensors):

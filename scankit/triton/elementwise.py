@@ -223,6 +223,17 @@ def _load_ab(a_ptr, b_ptr, bi, rows, d, mask, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d
 
 
 @triton.jit
+def _rows(D, sa_b, sa_t, sb_b, sb_t, VEC: tl.constexpr):
+    """D and the inputs' batch and time strides, written as multiples of VEC where VEC > 1 (the
+    host checked they are: ``common.row_vector``), so that Triton proves the rows' 16-byte
+    loads and column masks where its own specialization (multiples of 16) cannot: D = 1000."""
+    if VEC > 1:
+        D, sa_b, sa_t = D // VEC * VEC, sa_b // VEC * VEC, sa_t // VEC * VEC
+        sb_b, sb_t = sb_b // VEC * VEC, sb_t // VEC * VEC
+    return D, sa_b, sa_t, sb_b, sb_t
+
+
+@triton.jit
 def _fwd_tile(a_ptr, b_ptr, out_a_ptr, out_h_ptr, reset_ptr, bi, rows, d, mask, h, prod, T, D,
               sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
               BLOCK_T: tl.constexpr, REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr):
@@ -248,12 +259,13 @@ def _fwd_kernel(
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr, WRITE_A: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr, VEC: tl.constexpr,
 ):
     """Linear recurrence over this program's chunk. Main pass: states h (and running
     products when WRITE_A) from h_0, carried through the summaries of the chunks before this
     one (HAS_CARRY: carry_a, carry_h). SUMMARY: each chunk's (product of a, state from zero)
     into out_a, out_h (B, NC, D). GATE: a, b from a gate's pre-activations (``_load_ab``)."""
+    D, sa_b, sa_t, sb_b, sb_t = _rows(D, sa_b, sa_t, sb_b, sb_t, VEC)
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -293,7 +305,7 @@ def _log_fwd_kernel(
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
-    HAS_RESET: tl.constexpr,
+    HAS_RESET: tl.constexpr, VEC: tl.constexpr,
 ):
     """The log op over this program's chunk; log b_t is row t + V0 of lv (V0 = 1: slot 0 of
     log_values is log h_0, which lh0 then points at too; V0 = 0: log_h0 given apart).
@@ -302,6 +314,7 @@ def _log_fwd_kernel(
     (a = exp(log a), b = exp(log b)), which also gathers where it is not exact (module doc);
     if anything was, the chunk again, row by row in log space (logaddexp), overwriting.
     SUMMARY: each chunk's (sum of log a, log state from zero) into sum_a, sum_h (B, NC, D)."""
+    D, sa_b, sa_t, sb_b, sb_t = _rows(D, sa_b, sa_t, sb_b, sb_t, VEC)
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -441,11 +454,12 @@ def _fwd_lookback_kernel(
     sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, WRITE_A: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr, VEC: tl.constexpr,
 ):
     """Single-pass forward of the linear recurrence: one (BLOCK_T, BLOCK_D) tile per program,
     its carry-in from the tiles before it by decoupled look-back (status words after the
     ticket counter). GATE as in ``_fwd_kernel``."""
+    D, sa_b, sa_t, sb_b, sb_t = _rows(D, sa_b, sa_t, sb_b, sb_t, VEC)
     ti, bi, di, epoch = _lookback_program(status_ptr, NBD, ND, tl.cdiv(T, BLOCK_T) * NBD, I64)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -540,13 +554,14 @@ def _bwd_kernel(
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr,
     I64: tl.constexpr, FOLD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr, VEC: tl.constexpr,
 ):
     """Backward of the linear recurrence over this program's chunk, t descending, from g^
     (and the prefix grad's) after the chunk, carried through the summaries of the chunks
     after it (HAS_CARRY: sum_p, carry_h, carry_a). SUMMARY: each chunk's (product of
     a_{t+1}, g^ from zero) and the prefix grad's into sum_p, carry_h, carry_a (B, NC, D).
     b_ptr is read only with GATE (the gate's v; ``_linear_grads``)."""
+    D, sa_b, sa_t, sb_b, sb_t = _rows(D, sa_b, sa_t, sb_b, sb_t, VEC)
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -665,7 +680,7 @@ def _log_bwd_kernel(
     T, D, NC, CHUNK, NBC, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_CARRY: tl.constexpr, SUMMARY: tl.constexpr, V0: tl.constexpr, I64: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, REV: tl.constexpr,
-    HAS_RESET: tl.constexpr,
+    HAS_RESET: tl.constexpr, VEC: tl.constexpr,
 ):
     """Backward of the log op over this program's chunk, t descending, from q_in = g^ h at
     the row after the chunk (0 at the end of time). First the linear backward
@@ -675,6 +690,7 @@ def _log_bwd_kernel(
     was, the chunk again as the bounded recurrence of the shares (module doc), overwriting.
     SUMMARY: each chunk's (P, q from zero) with q_start = P q_in + q: the carries are q.
     Rows and log h_0 as in ``_log_fwd_kernel`` (V0); dlog h_0 into dh0 (dlog_values itself at V0 = 1)."""
+    D, sa_b, sa_t, sb_b, sb_t = _rows(D, sa_b, sa_t, sb_b, sb_t, VEC)
     bi, ci, di = program(NBC, NC, I64, FOLD)
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
@@ -781,11 +797,12 @@ def _bwd_lookback_kernel(
     T, D, NBD, ND, STRIDE_T, sa_b, sa_t, sa_d, sb_b, sb_t, sb_d, sh_b, sh_d,
     HAS_H0: tl.constexpr, HAS_GA: tl.constexpr, I64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WINDOW: tl.constexpr, PREFIX_EVERY: tl.constexpr,
-    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr,
+    REV: tl.constexpr, HAS_RESET: tl.constexpr, GATE: tl.constexpr, VEC: tl.constexpr,
 ):
     """Single-pass backward of the linear recurrence: ``_bwd_kernel``'s tile body, one tile
     per program, tiles taken from the end of time; the carry (g^ after the tile) by
     decoupled look-back."""
+    D, sa_b, sa_t, sb_b, sb_t = _rows(D, sa_b, sa_t, sb_b, sb_t, VEC)
     n_tiles = tl.cdiv(T, BLOCK_T)
     tr, bi, di, epoch = _lookback_program(status_ptr, NBD, ND, n_tiles * NBD, I64)  # tr: tiles from the end of time
     d = di * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -873,9 +890,9 @@ def _plan_forward(a, b, h0, log, write_a, reverse, reset, gate):
             return (out_a if write_a else None), out_h
         return empty
     out = torch.empty(shape, device="meta")  # the outputs' layout (contiguous), for the geometry
-    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out, out, gate=gate)
+    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out, gate=gate)
     strides = (*a.stride(), *b.stride(), *_h0_strides(h0))
-    flags = dict(REV=reverse, HAS_RESET=reset is not None)
+    flags = dict(REV=reverse, HAS_RESET=reset is not None, VEC=max(1, common.row_vector(D, a, b, out)))
     if not log and common.use_lookback(nc):
         words, grid, meta, scalars = _lookback_plan(_fwd_lookback_kernel, a, 2, (a, b, h0, out, out, reset), strides,
                                                     HAS_H0=h0 is not None, WRITE_A=write_a, GATE=gate, **flags)
@@ -968,9 +985,10 @@ def _plan_backward(a, b, h0, gh, ga, hout, aout, log, reverse, reset, gate):
             return grads(dp, da, db, dh0)
         return empty
     _, da, db, dh0 = outputs(a, b, "meta")
-    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", a, gh, ga, hout, aout, da, db, gate=gate)
+    rows = (a, b, gh, ga, hout, aout, da, db)
+    block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", *rows, gate=gate)
     strides = (*a.stride(), *b.stride(), *_h0_strides(h0))
-    flags = dict(REV=reverse, HAS_RESET=reset is not None)
+    flags = dict(REV=reverse, HAS_RESET=reset is not None, VEC=max(1, common.row_vector(D, *rows)))
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
         words, grid, meta, scalars = _lookback_plan(
             _bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, b, h0, gh, ga, hout, aout, da, db, dh0, reset),
