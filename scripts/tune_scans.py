@@ -599,11 +599,13 @@ FEW_CELLS = [
 ]
 
 
-# Rows that cannot take 16-byte loads (D = 1000, 3000: no multiple of 16) beside rows that can
-# (D = 1024). Unaligned rows' tiles run unpipelined since session 40 (``common.stages``): their
+# Rows whose D is no multiple of 16 (D = 1000, 3000) beside rows where it is (D = 1024). Rows
+# without 16-byte loads run their tiles unpipelined since session 40 (``common.stages``): their
 # pipelined copies were 4-byte cp.async (H100, this section then: the state's fwd+bwd at (32,
 # 4096, 1000) 4350 us at 3 stages, 4300 at 2, 1823 unpipelined; the log op's 8251 against 2237;
-# the forward at 3 stages 3.3x slower; NOTES.md). The paths, at D = 1024: the state's tiles where
+# the forward at 3 stages 3.3x slower; NOTES.md). Since session 41 the linear kernels load such
+# rows 16 bytes at a time where they are 16 bytes (``common.VECTOR_ROWS``: the state walks at D =
+# 1000 and 3000), the log op keeps scalar loads. The paths, at D = 1024: the state's tiles where
 # it would walk ("tiles": no pass walks), their backward at 3 stages or none; the log op's tiles
 # (3 stages both passes) unpipelined
 _NO_WALK = {"IN_THREAD": {"programs_per_sm": {"fwd": 1e9, "bwd": 1e9}}}

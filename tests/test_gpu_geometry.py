@@ -177,11 +177,12 @@ def test_packed_sequences_walk_in_thread(seed, gpu_config):
     assert _walked(gpu_config, "_fwd_kernel") and _walked(gpu_config, "_bwd_kernel"), gpu_config
 
 
-@pytest.mark.parametrize("D", [64, 202])
+@pytest.mark.parametrize("D", [64, 202, 120])
 def test_narrow_or_unaligned_calls_keep_the_look_back_tiles(D, seed, gpu_config):
     """Too few programs (B = 1, D = 64: one) or rows that cannot take 16-byte loads (D = 202: 808
     bytes, no multiple of 16): the look-back kernels with the GPU's (128, 32, 4) tiles and window,
-    T = 300 in 3 tiles, against the loop."""
+    T = 300 in 3 tiles, against the loop; rows of 480 bytes (D = 120, narrower than the walk's tile)
+    keep their scalar loads there (``common.VECTOR_ROWS``: VEC 1)."""
     from scankit.triton import common
 
     import scankit
@@ -199,6 +200,7 @@ def test_narrow_or_unaligned_calls_keep_the_look_back_tiles(D, seed, gpu_config)
     assert {"_fwd_lookback_kernel", "_bwd_lookback_kernel"} <= set(names) and not _walked(gpu_config, "_fwd_kernel")
     assert all(m["WINDOW"] == common.LOOKBACK["window"] and (m["BLOCK_T"], m["BLOCK_D"], m["num_warps"])
                == common.LOOKBACK["tile"] for k, m in gpu_config if "lookback" in k), gpu_config
+    assert {m["VEC"] for k, m in gpu_config if "lookback" in k} == {1}, gpu_config
 
 
 def test_walking_needs_aligned_rows_and_enough_programs():
@@ -235,6 +237,10 @@ def test_walking_needs_aligned_rows_and_enough_programs():
         assert [common.row_vector(1024, x), common.row_vector(1000, x[..., :1000]), common.row_vector(1000, half[..., :1000]),
                 common.row_vector(1000, x[..., :1000], half[..., :1000]), common.row_vector(1002, x[..., :1002]),
                 common.row_vector(1024, x.transpose(1, 2).contiguous().transpose(1, 2))] == [1, 4, 8, 8, 0, 0]
+        # the log op's and the look-back's kernels take them only where Triton proves them (VECTOR_ROWS)
+        for kind in ("log", "lookback"):
+            assert [common.row_vector(1024, x, kind=kind), common.row_vector(1000, x[..., :1000], kind=kind),
+                    common.row_vector(1000, half[..., :1000], kind=kind)] == [1, 0, 0]
     finally:
         common.on_gpu, common._sm_count = saved
 
@@ -260,7 +266,8 @@ def test_tiles_pipeline_only_rows_that_take_16_byte_loads(monkeypatch):
         pipelined = (common.ELEMENTWISE_TILES[kind], common.ELEMENTWISE_STAGES[kind, pass_])
         assert geometry(wide[..., :1024], log, pass_) == pipelined
         assert geometry(wide[..., 16:1024], log, pass_) == pipelined                         # offset 16
-        assert geometry(wide[..., :1000], log, pass_) == pipelined                          # 4000-byte rows
+        assert geometry(wide[..., :1000], log, pass_) == (pipelined if not log else (pipelined[0], None))  # 4000-byte
+        # rows: the linear tiles load 16 bytes there and pipeline, the log op's scalar loads do not (VECTOR_ROWS)
         assert geometry(wide[..., :1002], log, pass_) == (pipelined[0], None)               # 4008-byte rows
         assert geometry(wide[..., 16:1024], log, pass_, wide[..., 6:1014])[1] is None       # one at 24 bytes
         assert geometry(torch.empty(4, 4096, 1042, device="meta")[..., :1024], log, pass_)[1] is None  # rows 1042 apart

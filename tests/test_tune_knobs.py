@@ -158,7 +158,8 @@ def test_the_few_program_sweep_moves_its_cells_off_the_walk_and_back(monkeypatch
 
 
 def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles(monkeypatch):
-    """Rows of D = 1000 take the (64, 32, 4) tiles (one chunk), unpipelined (``common.stages``);
+    """Rows of D = 1000: the state walks in the in-thread tiles at their stages (16-byte loads:
+    ``common.VECTOR_ROWS``), the log op takes its tiles (one chunk) unpipelined (``common.stages``);
     at D = 1024 the sweep's paths take the state off the in-thread walk ("tiles"), set its
     backward's stages and the log op's; all undone after."""
     from scankit.triton import elementwise
@@ -173,9 +174,12 @@ def test_the_unaligned_sweep_sets_the_pipelining_of_the_tiles(monkeypatch):
         return {r["path"]: g for r, g in zip(rows, seen)
                 if (r["op"], tuple(r["dims"]), r["direction"]) == (op, dims, "fwdbwd")}
 
-    for op, tile in (("linear_scan_state", (64, 32, 4)), ("parallel_scan_log", common.ELEMENTWISE_TILES["log"])):
-        g = cell(op, (32, 4096, 1000))["main"]
-        assert g["fwd"][:3] == g["bwd"][:3] == tile and g["fwd"][3] is g["bwd"][3] is None and g["bwd"][4] == 1
+    g = cell("parallel_scan_log", (32, 4096, 1000))["main"]
+    assert g["fwd"][:3] == g["bwd"][:3] == common.ELEMENTWISE_TILES["log"] and g["fwd"][3] is g["bwd"][3] is None
+    assert g["bwd"][4] == 1
+    g = cell("linear_scan_state", (32, 4096, 1000))["main"]
+    assert g["fwd"][:3] == g["bwd"][:3] == common.IN_THREAD["tile"] and g["bwd"][4] == 1
+    assert (g["fwd"][3], g["bwd"][3]) == (common.IN_THREAD["stages"]["fwd"], common.IN_THREAD["stages"]["bwd"])
     control = cell("linear_scan_state", (32, 4096, 1024))
     assert control["main"]["bwd"][:3] == common.IN_THREAD["tile"] and control["tiles"]["bwd"][:3] == (64, 32, 4)
     assert control["tiles"]["bwd"][3] == before[("linear", "bwd")] and control["tiles+bwd-stagesNone"]["bwd"][3] is None

@@ -110,14 +110,24 @@ ELEMENTWISE_STAGES = Knobs({("linear", "fwd"): None, ("linear", "bwd"): 3, ("log
 ALIGN = 16  # elements: the kernels' integer arguments Triton specializes as multiples of 16
 
 
-def row_vector(D: int, *tensors) -> int:
-    """How the elementwise kernels' rows over (B, T, D) ``tensors`` (None skipped) take 16-byte
-    loads: 1 where D and every tensor's time and batch strides and storage offset are multiples
-    of ALIGN (Triton proves the 16 bytes from its own specialization of those arguments); else
-    VEC, the elements of 16 bytes in the narrowest dtype, where all of them are multiples of it
-    (the kernels then write D and the strides as multiples of VEC: ``elementwise._rows``; D =
-    1000 in fp32); else 0 (no 16-byte loads; also without unit D stride). Shapes and strides
-    only: fake tensors (torch.compile) too."""
+# Which elementwise kernels take 16-byte loads on rows of 16 bytes whose D (or a stride, an offset)
+# is no multiple of ALIGN (D = 1000 in fp32), by writing D and the strides as multiples of VEC
+# (``row_vector``); the others keep scalar loads there, unpipelined (``stages``). H100, ab_trees,
+# session 41 (device time, VEC / scalar): the linear tiles and walk gain ((32, 4096, 1000) state fwd
+# 731 -> 585 us, fwd+bwd 1812 -> 1596; (8, 7777, 3000) fwd 1031 -> 869, fwd+bwd 2659 -> 2399),
+# the log op's tiles lose (fwd 737 -> 787, fwd+bwd 2242 -> 2316: at 3 stages) and so does the
+# forward look-back at B = 1 ((1, 65536, 1000): 364 -> 376).
+VECTOR_ROWS = Knobs({"linear": True, "log": False, "lookback": False})
+
+
+def row_vector(D: int, *tensors, kind: str = "linear") -> int:
+    """How the ``kind`` elementwise kernels' rows over (B, T, D) ``tensors`` (None skipped) take
+    16-byte loads: 1 where D and every tensor's time and batch strides and storage offset are
+    multiples of ALIGN (Triton proves the 16 bytes from its own specialization of those
+    arguments); else, where ``VECTOR_ROWS[kind]``, VEC, the elements of 16 bytes in the narrowest
+    dtype, where all of them are multiples of it (the kernels then write D and the strides as
+    multiples of VEC: ``elementwise._rows``; D = 1000 in fp32); else 0 (no 16-byte loads; also
+    without unit D stride). Shapes and strides only: fake tensors (torch.compile) too."""
     tensors = [x for x in tensors if x is not None]
     if any(x.stride(2) != 1 for x in tensors):
         return 0
@@ -125,18 +135,19 @@ def row_vector(D: int, *tensors) -> int:
     if all(v % ALIGN == 0 for v in values):
         return 1
     vec = 16 // min((x.element_size() for x in tensors), default=4)
-    return vec if all(v % vec == 0 for v in values) else 0
+    return vec if VECTOR_ROWS[kind] and all(v % vec == 0 for v in values) else 0
 
 
-def rows_aligned(D: int, *tensors) -> bool:
-    """Whether the rows of (B, T, D) ``tensors`` take 16-byte loads (``row_vector``)."""
-    return row_vector(D, *tensors) > 0
+def rows_aligned(D: int, *tensors, kind: str = "linear") -> bool:
+    """Whether the ``kind`` kernels' rows of (B, T, D) ``tensors`` take 16-byte loads (``row_vector``)."""
+    return row_vector(D, *tensors, kind=kind) > 0
 
 
 def stages(log: bool, pass_: str, D: int, *tensors):
     """Pipelining depth of the elementwise tile loop for the log or linear kernel's fwd / bwd pass
-    over ``tensors`` (``ELEMENTWISE_STAGES`` where their rows are aligned, else None)."""
-    return ELEMENTWISE_STAGES["log" if log else "linear", pass_] if rows_aligned(D, *tensors) else None
+    over ``tensors`` (``ELEMENTWISE_STAGES`` where their rows take 16-byte loads, else None)."""
+    kind = "log" if log else "linear"
+    return ELEMENTWISE_STAGES[kind, pass_] if rows_aligned(D, *tensors, kind=kind) else None
 
 
 def tiles(device: torch.device, log: bool = False) -> tuple[int, int, int]:

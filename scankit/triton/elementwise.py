@@ -840,6 +840,11 @@ def _bwd_lookback_kernel(
                  mask=when(last, dmask))
 
 
+def _vec(D, *tensors, kind: str) -> int:
+    """The ``kind`` kernels' VEC over these rows (``common.row_vector``; 1: no rewrite)."""
+    return max(1, common.row_vector(D, *tensors, kind=kind))
+
+
 def _h0_strides(h0):
     return h0.stride() if h0 is not None else (0, 0)
 
@@ -892,10 +897,11 @@ def _plan_forward(a, b, h0, log, write_a, reverse, reset, gate):
     out = torch.empty(shape, device="meta")  # the outputs' layout (contiguous), for the geometry
     block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "fwd", a, b, out, gate=gate)
     strides = (*a.stride(), *b.stride(), *_h0_strides(h0))
-    flags = dict(REV=reverse, HAS_RESET=reset is not None, VEC=max(1, common.row_vector(D, a, b, out)))
+    flags = dict(REV=reverse, HAS_RESET=reset is not None)
     if not log and common.use_lookback(nc):
         words, grid, meta, scalars = _lookback_plan(_fwd_lookback_kernel, a, 2, (a, b, h0, out, out, reset), strides,
-                                                    HAS_H0=h0 is not None, WRITE_A=write_a, GATE=gate, **flags)
+                                                    HAS_H0=h0 is not None, WRITE_A=write_a, GATE=gate,
+                                                    VEC=_vec(D, a, b, out, kind="lookback"), **flags)
         lookback = common.Slot(_fwd_lookback_kernel, grid, **meta)
 
         def run(a, b, h0, reset):
@@ -905,7 +911,8 @@ def _plan_forward(a, b, h0, log, write_a, reverse, reset, gate):
         return run
     kernel = _log_fwd_kernel if log else _fwd_kernel
     grid = (B * nc, cdiv(D, block_d))
-    flags.update(BLOCK_T=block_t, BLOCK_D=block_d, STAGES=stages, num_warps=warps)
+    flags.update(BLOCK_T=block_t, BLOCK_D=block_d, STAGES=stages, num_warps=warps,
+                 VEC=_vec(D, a, b, out, kind="log" if log else "linear"))
     flags.update(V0=int(h0 is None)) if log else flags.update(HAS_H0=h0 is not None, GATE=gate)
     scalars = (T, D, nc, chunk, B * nc, *strides)
     summary = common.Slot(kernel, grid, HAS_CARRY=False, SUMMARY=True, I64=needs_int64(a, b),
@@ -988,11 +995,12 @@ def _plan_backward(a, b, h0, gh, ga, hout, aout, log, reverse, reset, gate):
     rows = (a, b, gh, ga, hout, aout, da, db)
     block_t, block_d, warps, stages, nc, chunk = _geometry(a, log, "bwd", *rows, gate=gate)
     strides = (*a.stride(), *b.stride(), *_h0_strides(h0))
-    flags = dict(REV=reverse, HAS_RESET=reset is not None, VEC=max(1, common.row_vector(D, *rows)))
+    flags = dict(REV=reverse, HAS_RESET=reset is not None)
     if not log and common.use_lookback(nc):  # two status planes per recurrence: (g^, and the prefix grad's)
         words, grid, meta, scalars = _lookback_plan(
             _bwd_lookback_kernel, a, 4 if ga is not None else 2, (a, b, h0, gh, ga, hout, aout, da, db, dh0, reset),
-            strides, HAS_H0=h0 is not None, HAS_GA=ga is not None, GATE=gate, **flags)
+            strides, HAS_H0=h0 is not None, HAS_GA=ga is not None, GATE=gate, VEC=_vec(D, *rows, kind="lookback"),
+            **flags)
         lookback = common.Slot(_bwd_lookback_kernel, grid, **meta)
 
         def run(a, b, h0, gh, ga, hout, aout, reset):
@@ -1001,7 +1009,7 @@ def _plan_backward(a, b, h0, gh, ga, hout, aout, log, reverse, reset, gate):
             return grads(dp, da, db, dh0)
         return run
     flags.update(I64=needs_int64(a, b, gh, hout, da, db), BLOCK_T=block_t, BLOCK_D=block_d, STAGES=stages,
-                 num_warps=warps)
+                 num_warps=warps, VEC=_vec(D, *rows, kind="log" if log else "linear"))
     if log:
         kernel = _log_bwd_kernel
         flags.update(V0=int(h0 is None))
