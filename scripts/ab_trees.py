@@ -25,13 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
-CELLS = [  # (op, (B, T, width[, k[, v]]), direction); matrix_affine_scan's k defaults to 8 and v to 1; an op
-    # named "<op>+state" is called with return_prefix=False (the states only: what the mixers call)
+CELLS = [  # (op, (B, T, width[, k[, v]]), direction[, dtype: fp32 unless named]); matrix_affine_scan's k defaults
+    # to 8 and v to 1; an op named "<op>+state" is called with return_prefix=False (the states only: what the
+    # mixers call)
     ("parallel_scan_log", (32, 4096, 1024), "fwd"), ("parallel_scan_log", (32, 4096, 1024), "fwdbwd"),
     ("parallel_scan_log", (1, 65536, 1024), "fwd"), ("parallel_scan_log", (1, 65536, 1024), "fwdbwd"),
     ("parallel_scan_log", (16, 1024, 64), "fwdbwd"), ("parallel_scan_log", (128, 64, 64), "fwdbwd"),
     ("linear_scan_state", (32, 4096, 1024), "fwd"), ("linear_scan_state", (32, 4096, 1024), "fwdbwd"),
     ("linear_scan_state", (1, 65536, 1024), "fwd"), ("linear_scan_state", (1, 65536, 1024), "fwdbwd"),
+    ("linear_scan_state", (1, 65536, 1024), "fwd", "bfloat16"),
+    ("linear_scan_state", (1, 65536, 1024), "fwdbwd", "bfloat16"),
     ("linear_scan", (32, 4096, 1024), "fwd"), ("linear_scan", (128, 64, 64), "fwdbwd"),
     # D not a multiple of 16: the (64, 32, 4) tiles walk (no in-thread tile), one chunk
     ("linear_scan_state", (32, 4096, 1000), "fwd"), ("linear_scan_state", (32, 4096, 1000), "fwdbwd"),
@@ -67,14 +70,16 @@ sys.path.insert(0, sys.argv[1])
 import scankit
 from benchmarks.harness.cases import OPS
 cells = json.loads(sys.argv[2])
-for op_name, shape, direction in cells:
+for op_name, shape, direction, *dtype in cells:
+    label = " ".join(map(str, [op_name, shape, direction, *dtype]))
     base = op_name.removesuffix("+state")
     names = ("B", "T", "D") if "matrix" not in base else ("B", "T", "n", "k", "v")
     dims = dict(zip(names, shape))
     if base == "matrix_affine_scan":
         dims.setdefault("k", 8)
         dims.setdefault("v", 1)
-    xs = [x.requires_grad_(direction == "fwdbwd") for x in OPS[base].inputs(dims, device="cuda", seed=0)]
+    xs = [x.requires_grad_(direction == "fwdbwd") for x in OPS[base].inputs(dims, device="cuda", seed=0,
+                                                                     dtype=getattr(torch, *dtype or ["float32"]))]
     fn = OPS[base].fn if base == op_name else functools.partial(OPS[base].fn, return_prefix=False)
     with torch.no_grad():
         ref = fn(*xs)
@@ -93,12 +98,17 @@ for op_name, shape, direction in cells:
     res = run()
     res = res if isinstance(res, tuple) else (res,)
     cell = dict(us=us, check=[float(t.float().abs().sum()) for t in res])
-    print("CELL " + json.dumps([f"{op_name} {shape} {direction}", cell]), flush=True)
-    print(f"  {op_name} {shape} {direction}: {us:.1f} us", file=sys.stderr, flush=True)
+    print("CELL " + json.dumps([label, cell]), flush=True)
+    print(f"  {label}: {us:.1f} us", file=sys.stderr, flush=True)
     del xs, ref, res
     torch.cuda.empty_cache()
 print("DONE", flush=True)
 """
+
+
+def label(cell) -> str:
+    """A cell's name in the table and ``--only``: op, [dims], direction[, dtype]."""
+    return " ".join(map(str, [cell[0], list(cell[1]), *cell[2:]]))
 
 
 class Cut(Exception):
@@ -146,7 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=float("inf"),
                         help="seconds for the whole A/B; a run cut by it keeps the cells measured in both trees")
     args = parser.parse_args(argv)
-    cells = [c for c in CELLS if not args.only or any(o in f"{c[0]} {list(c[1])} {c[2]}" for o in args.only)]
+    cells = [c for c in CELLS if not args.only or any(o in label(c) for o in args.only)]
     deadline = time.monotonic() + args.budget
     before = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -168,7 +178,7 @@ def _compare(args, cells: list, deadline: float) -> int:
             break
     rows = []
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # what was measured is written whole
-    for cell in [f"{c[0]} {list(c[1])} {c[2]}" for c in cells]:
+    for cell in map(label, cells):
         a = [r[cell] for r in runs["A"] if cell in r]
         b = [r[cell] for r in runs["B"] if cell in r]
         if not a or not b:
