@@ -18,9 +18,10 @@ import ab_trees  # noqa: E402
 # ("bb"): its time is the tree's name length, its check 1.0
 FAKE = textwrap.dedent(r'''
     import json, sys, time
-    for op, shape, d in json.loads(sys.argv[2]):
+    for op, shape, d, *dtype in json.loads(sys.argv[2]):
         time.sleep(0.01 if sys.argv[1].endswith("a") else 1.0)
-        print("CELL " + json.dumps([f"{op} {shape} {d}", dict(us=float(len(sys.argv[1])), check=[1.0])]), flush=True)
+        label = " ".join(map(str, [op, shape, d, *dtype]))
+        print("CELL " + json.dumps([label, dict(us=float(len(sys.argv[1])), check=[1.0])]), flush=True)
     print("DONE", flush=True)
 ''')
 
@@ -41,6 +42,16 @@ def test_a_whole_run_compares_every_cell(monkeypatch, trees, tmp_path, capsys):
     got = json.loads(out.read_text())
     assert not got["cut"] and len(got["rows"]) == 2
     assert all(r["ratio"] == pytest.approx(len(trees[1]) / len(trees[0])) for r in got["rows"])
+
+
+def test_cells_of_another_dtype_carry_it_in_their_label(monkeypatch, trees, tmp_path):
+    """A cell that names a dtype is selected and reported by it; one that names none is fp32."""
+    monkeypatch.setattr(ab_trees, "WORKER", FAKE)
+    out = tmp_path / "ab.json"
+    assert ab_trees.main([*trees, "--only", "bfloat16", "--rounds", "1", "--budget", "30", "--out", str(out)]) == 0
+    cells = [r["cell"] for r in json.loads(out.read_text())["rows"]]
+    assert cells and all(c.endswith(" bfloat16") for c in cells)
+    assert ab_trees.label(("linear_scan_state", (1, 65536, 1024), "fwd")) == "linear_scan_state [1, 65536, 1024] fwd"
 
 
 def test_a_budget_keeps_the_cells_both_trees_measured(monkeypatch, trees, tmp_path, capsys):
