@@ -70,8 +70,7 @@ sys.path.insert(0, sys.argv[1])
 import scankit
 from benchmarks.harness.cases import OPS
 cells = json.loads(sys.argv[2])
-for op_name, shape, direction, *dtype in cells:
-    label = " ".join(map(str, [op_name, shape, direction, *dtype]))
+for label, op_name, shape, direction, *dtype in cells:  # (label: ``ab_trees.label``)
     base = op_name.removesuffix("+state")
     names = ("B", "T", "D") if "matrix" not in base else ("B", "T", "n", "k", "v")
     dims = dict(zip(names, shape))
@@ -126,7 +125,8 @@ def measure(tree: str, cells: list, deadline: float) -> tuple[dict, bool]:
     env = dict(os.environ, MINGRU_SCAN="triton", PYTHONPATH="")
     print(f"ab_trees: {tree}", file=sys.stderr, flush=True)  # the worker's progress goes to stderr
     with tempfile.TemporaryFile("w+") as log:  # each measured cell a line as it comes, kept by a kill
-        proc = subprocess.Popen([sys.executable, "-c", WORKER, str(Path(tree).resolve()), json.dumps(cells)],
+        work = json.dumps([[label(c), *c] for c in cells])  # each cell led by its label
+        proc = subprocess.Popen([sys.executable, "-c", WORKER, str(Path(tree).resolve()), work],
                                 stdout=log, text=True, env=env)
         cut = False
         try:

@@ -652,7 +652,7 @@ def few_sweep(budget, log):
 
 
 def unaligned_sweep(budget, log):
-    """Issue 16's cells whose rows take no 16-byte loads beside D = 1024 controls
+    """Issue 16's cells whose D is no multiple of 16 beside D = 1024 controls
     (``UNALIGNED_CELLS``, ``UNALIGNED_PATHS``)."""
     _paths_sweep("unaligned", UNALIGNED_CELLS, UNALIGNED_PATHS, budget, log)
 

@@ -18,9 +18,8 @@ import ab_trees  # noqa: E402
 # ("bb"): its time is the tree's name length, its check 1.0
 FAKE = textwrap.dedent(r'''
     import json, sys, time
-    for op, shape, d, *dtype in json.loads(sys.argv[2]):
+    for label, *cell in json.loads(sys.argv[2]):
         time.sleep(0.01 if sys.argv[1].endswith("a") else 1.0)
-        label = " ".join(map(str, [op, shape, d, *dtype]))
         print("CELL " + json.dumps([label, dict(us=float(len(sys.argv[1])), check=[1.0])]), flush=True)
     print("DONE", flush=True)
 ''')
@@ -45,7 +44,8 @@ def test_a_whole_run_compares_every_cell(monkeypatch, trees, tmp_path, capsys):
 
 
 def test_cells_of_another_dtype_carry_it_in_their_label(monkeypatch, trees, tmp_path):
-    """A cell that names a dtype is selected and reported by it; one that names none is fp32."""
+    """A cell that names a dtype is selected and reported by it; one that names none keeps the
+    label it had (op, [dims], direction)."""
     monkeypatch.setattr(ab_trees, "WORKER", FAKE)
     out = tmp_path / "ab.json"
     assert ab_trees.main([*trees, "--only", "bfloat16", "--rounds", "1", "--budget", "30", "--out", str(out)]) == 0
